@@ -1,0 +1,105 @@
+"""JSON helpers shared by everything that stores or sends data. JSON only, never pickle."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from celery_durable.errors import InvalidSchedule
+
+DEFAULT_MAX_INPUT_BYTES = 256 * 1024
+"""Inputs larger than this, encoded as JSON, are refused (configurable: ``durable_max_input_bytes``)."""
+
+MAX_NESTING = 100
+"""Deeper structures are refused before encoding: they would overflow parsers elsewhere."""
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON as stored in the journal; NaN and Infinity are refused."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical(value: Any) -> str:
+    """JSON with sorted keys: equal content gives equal text (used for content digests)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=True, allow_nan=False)
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+    return True
+
+
+def check_json_value(
+    value: Any, what: str, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES, error: type = InvalidSchedule
+) -> Any:
+    """Return ``value`` when it survives a JSON round trip unchanged and fits ``max_bytes``.
+
+    Tuples, non-string keys, NaN/Infinity, sets and objects do not survive and are refused with
+    ``error`` (``InvalidSchedule`` by default) naming ``what``.
+    """
+    if not _depth_ok(value, MAX_NESTING):
+        raise error(f"{what} is nested deeper than {MAX_NESTING} levels")
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise error(f"{what} must survive a JSON round trip: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} contains text that is not valid Unicode (lone surrogate)") from None
+    if size > max_bytes:
+        raise error(f"{what} takes {size} bytes as JSON; at most {max_bytes} allowed")
+    if "\x00" in text:  # json escapes NUL as \u0000, so this is only a guard
+        raise error(f"{what} contains a NUL character")
+    if not _same(json.loads(text), value):
+        raise error(
+            f"{what} must survive a JSON round trip unchanged "
+            "(tuples, non-str keys, sets and custom objects do not)"
+        )
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that also tells ``1`` from ``1.0`` and ``True`` and lists from tuples."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and math.isnan(a):
+        return False
+    return bool(a == b)
+
+
+def time_to_json(moment: datetime) -> str:
+    """An aware datetime as ISO 8601 UTC with microseconds and ``Z``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def time_from_json(text: str) -> datetime:
+    """The aware UTC datetime written by :func:`time_to_json` (also accepts ``+00:00`` forms)."""
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def optional_time_to_json(moment: datetime | None) -> str | None:
+    return None if moment is None else time_to_json(moment)
+
+
+def optional_time_from_json(text: str | None) -> datetime | None:
+    return None if text is None else time_from_json(text)

@@ -1,0 +1,69 @@
+"""The exceptions of celery_durable: one root, attributes kept, pickle-safe.
+
+Celery ships exceptions between processes with pickle or JSON, so every class here
+rebuilds itself from ``args`` (``__reduce__``) and keeps its fields as attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurableError(Exception):
+    """Root of every error this library raises on purpose."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self._fields = fields
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self._fields))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[DurableError], message: str, fields: dict[str, Any]) -> DurableError:
+    return cls(message, **fields)
+
+
+class InvalidSchedule(DurableError, ValueError):
+    """A schedule ID, rule, policy or input breaks a rule of the specification (S1, R1–R8, A1)."""
+
+
+class ScheduleConflict(DurableError):
+    """The command does not fit the schedule's current state (A1–A4)."""
+
+
+class UnknownTask(DurableError, LookupError):
+    """The task is not registered in the Celery app (A7)."""
+
+
+class AppendConflict(DurableError):
+    """Another writer appended to the stream first; re-read and decide again (A8)."""
+
+
+class JournalError(DurableError):
+    """The journal cannot be used: unreadable format, newer schema, bad URL."""
+
+
+class StepFailed(DurableError):
+    """A durable step failed; raised again on replay with the stored type name and message.
+
+    ``kind`` is one of ``"error"``, ``"timeout"``, ``"cancelled"``, ``"not_retryable"``.
+    """
+
+
+class RunFaulted(DurableError):
+    """``durable.result`` of a run that ended with an error."""
+
+
+class RunCancelled(DurableError):
+    """``durable.result`` of a run that was cancelled."""
+
+
+class RunParked(DurableError):
+    """A replay met a different step than the one stored at its position (W6)."""

@@ -1,0 +1,238 @@
+"""Schedule events and their JSON form: the one wire format of the schedule aggregate.
+
+Every event is a frozen dataclass with a stable type name (``ScheduleCreated`` …) and a data
+dict carrying ``"v"``, the format version of that event type. Both are persistent contracts
+(SPEC §9): a change needs a new version read side by side with the old.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, ClassVar
+
+from celery_durable.codec import time_from_json, time_to_json
+from celery_durable.errors import JournalError
+from celery_durable.journal.base import NewEvent, StoredEvent
+from celery_durable.policies import CatchUp, Overlap
+from celery_durable.rules import Rule, rule_from_json
+
+FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Content:
+    """What a schedule starts: task, input, rule, policies and Celery options."""
+
+    task: str
+    input: Any
+    rule: Rule
+    catch_up: CatchUp = CatchUp.LATEST
+    overlap: Overlap = Overlap.ALLOW
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "input": self.input,
+            "rule": self.rule.to_json(),
+            "catch_up": self.catch_up.value,
+            "overlap": self.overlap.value,
+            "options": dict(self.options),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Content:
+        return cls(
+            task=data["task"],
+            input=data["input"],
+            rule=rule_from_json(data["rule"]),
+            catch_up=CatchUp(data["catch_up"]),
+            overlap=Overlap(data.get("overlap", Overlap.ALLOW.value)),
+            options=dict(data.get("options") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleCreated:
+    TYPE: ClassVar[str] = "ScheduleCreated"
+    at: datetime
+    content: Content
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleChanged:
+    TYPE: ClassVar[str] = "ScheduleChanged"
+    at: datetime
+    content: Content
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulePaused:
+    TYPE: ClassVar[str] = "SchedulePaused"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleResumed:
+    TYPE: ClassVar[str] = "ScheduleResumed"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleDeleted:
+    TYPE: ClassVar[str] = "ScheduleDeleted"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDecided:
+    """A due time accepted: the run will start with this task, input and options (A5, A6)."""
+
+    TYPE: ClassVar[str] = "RunDecided"
+    at: datetime
+    due: datetime
+    run_id: str
+    task: str
+    input: Any
+    options: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = "rule"  # "rule", "backfill" or "trigger"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    """The run's message was handed to the broker."""
+
+    TYPE: ClassVar[str] = "RunStarted"
+    at: datetime
+    due: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSkipped:
+    """A due time that will not run (overlap policy)."""
+
+    TYPE: ClassVar[str] = "RunSkipped"
+    at: datetime
+    due: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailedToStart:
+    """A decided run that can never be enqueued (D5)."""
+
+    TYPE: ClassVar[str] = "RunFailedToStart"
+    at: datetime
+    due: datetime
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunsMissed:
+    """Due times up to ``through`` were dropped by the catch-up policy (C1–C3)."""
+
+    TYPE: ClassVar[str] = "RunsMissed"
+    at: datetime
+    through: datetime
+    count: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded:
+    """A started run ended (``outcome``: finished, faulted, cancelled); used by overlap (D7)."""
+
+    TYPE: ClassVar[str] = "RunEnded"
+    at: datetime
+    due: datetime
+    outcome: str
+
+
+ScheduleEvent = (
+    ScheduleCreated
+    | ScheduleChanged
+    | SchedulePaused
+    | ScheduleResumed
+    | ScheduleDeleted
+    | RunDecided
+    | RunStarted
+    | RunSkipped
+    | RunFailedToStart
+    | RunsMissed
+    | RunEnded
+)
+
+_TIME_FIELDS = frozenset({"at", "due", "through"})
+
+
+def to_data(event: ScheduleEvent) -> dict[str, Any]:
+    """The JSON data of an event (without its type name)."""
+    data: dict[str, Any] = {"v": FORMAT}
+    for f in fields(event):
+        name = f.name
+        value = getattr(event, name)
+        if name in _TIME_FIELDS:
+            value = time_to_json(value)
+        elif name == "content":
+            value = value.to_json()
+        elif name == "options":
+            value = dict(value)
+        data[name] = value
+    return data
+
+
+def to_new_event(event: ScheduleEvent) -> NewEvent:
+    """The journal form of an event."""
+    return NewEvent(type=event.TYPE, data=to_data(event))
+
+
+def from_data(type_name: str, data: Mapping[str, Any]) -> ScheduleEvent:
+    """Rebuild an event from its type name and JSON data; ``JournalError`` when unreadable."""
+    cls = _TYPES.get(type_name)
+    if cls is None:
+        raise JournalError(f"unknown schedule event type {type_name!r}", event_type=type_name)
+    version = data.get("v", 1)
+    if version != FORMAT:
+        raise JournalError(
+            f"{type_name} has format {version}; this version reads format {FORMAT}",
+            event_type=type_name,
+        )
+    kwargs: dict[str, Any] = {}
+    try:
+        for f in fields(cls):
+            name = f.name
+            if name not in data:
+                continue
+            value = data[name]
+            if name in _TIME_FIELDS:
+                value = time_from_json(value)
+            elif name == "content":
+                value = Content.from_json(value)
+            kwargs[name] = value
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise JournalError(f"unreadable {type_name} event: {exc}", event_type=type_name) from exc
+
+
+def from_stored(stored: StoredEvent) -> ScheduleEvent:
+    """Rebuild an event read from the journal."""
+    return from_data(stored.type, stored.data)
+
+
+_TYPES: dict[str, type] = {
+    cls.TYPE: cls
+    for cls in (
+        ScheduleCreated,
+        ScheduleChanged,
+        SchedulePaused,
+        ScheduleResumed,
+        ScheduleDeleted,
+        RunDecided,
+        RunStarted,
+        RunSkipped,
+        RunFailedToStart,
+        RunsMissed,
+        RunEnded,
+    )
+}

@@ -1,0 +1,465 @@
+"""The schedule aggregate: pure ``decide(state, command) -> events`` and ``fold(state, event)``.
+
+No I/O, no clock: every command carries the moment it is made at. Commands check first and
+return events; a refused command raises and returns nothing, so nothing is stored (SPEC §3).
+
+The state keeps a *cursor*: every due time of the rule at or before it is settled (decided,
+dropped by the catch-up policy, inside a pause, or before a change). Decided due times never
+exceed the cursor, so a due time after it has never been decided and never will be twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_durable import catchup
+from celery_durable.codec import (
+    canonical,
+    optional_time_from_json,
+    optional_time_to_json,
+    time_from_json,
+    time_to_json,
+)
+from celery_durable.errors import InvalidSchedule, ScheduleConflict
+from celery_durable.events import (
+    Content,
+    RunDecided,
+    RunEnded,
+    RunFailedToStart,
+    RunsMissed,
+    RunSkipped,
+    RunStarted,
+    ScheduleChanged,
+    ScheduleCreated,
+    ScheduleDeleted,
+    ScheduleEvent,
+    SchedulePaused,
+    ScheduleResumed,
+)
+from celery_durable.ids import run_id
+from celery_durable.rules import Once
+
+FUTURE_TOLERANCE = timedelta(seconds=1)
+"""A due time further in the future than this is refused (A6)."""
+
+STATE_FORMAT = 1
+"""Format of :meth:`ScheduleState.to_json`, stored in the index (a persistent contract)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingRun:
+    """A decided run whose message has not been handed to the broker yet."""
+
+    due: datetime
+    run_id: str
+    task: str
+    input: Any
+    options: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = "rule"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleState:
+    """Everything the aggregate needs to decide, folded from a schedule's events."""
+
+    schedule_id: str
+    version: int = 0
+    content: Content | None = None
+    created_digest: str | None = None
+    created_at: datetime | None = None
+    anchor: datetime | None = None
+    cursor: datetime | None = None
+    last_decided: datetime | None = None
+    runs_decided: int = 0
+    runs_since_change: int = 0
+    paused: bool = False
+    deleted: bool = False
+    pending: tuple[PendingRun, ...] = ()
+
+    @property
+    def exists(self) -> bool:
+        return self.content is not None
+
+    @property
+    def active(self) -> bool:
+        """Created, not deleted, not paused."""
+        return self.content is not None and not self.deleted and not self.paused
+
+    def next_due(self) -> datetime | None:
+        """The next due time the rule gives, or ``None`` while paused, deleted or complete."""
+        if not self.active or self._budget_spent():
+            return None
+        assert self.content is not None  # for type checkers: active implies content
+        rule = self.content.rule
+        if isinstance(rule, Once):
+            if self.cursor is not None and rule.at <= self.cursor:
+                return None
+            if rule.end_at is not None and rule.at > rule.end_at:
+                return None
+            return rule.at
+        if self.cursor is None:
+            return None
+        return rule.next_after(self.cursor, anchor=self.anchor)
+
+    def _budget_spent(self) -> bool:
+        assert self.content is not None
+        limit = self.content.rule.max_runs
+        if isinstance(self.content.rule, Once):
+            limit = 1 if limit is None else min(limit, 1)
+        return limit is not None and self.runs_since_change >= limit
+
+    def budget(self) -> int | None:
+        """How many more runs the rule's ``max_runs`` allows (``None``: unbounded)."""
+        assert self.content is not None
+        limit = self.content.rule.max_runs
+        if isinstance(self.content.rule, Once):
+            limit = 1
+        return None if limit is None else max(limit - self.runs_since_change, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The index entry form of the state (format ``STATE_FORMAT``)."""
+        return {
+            "format": STATE_FORMAT,
+            "schedule_id": self.schedule_id,
+            "version": self.version,
+            "content": None if self.content is None else self.content.to_json(),
+            "created_digest": self.created_digest,
+            "created_at": optional_time_to_json(self.created_at),
+            "anchor": optional_time_to_json(self.anchor),
+            "cursor": optional_time_to_json(self.cursor),
+            "last_decided": optional_time_to_json(self.last_decided),
+            "runs_decided": self.runs_decided,
+            "runs_since_change": self.runs_since_change,
+            "paused": self.paused,
+            "deleted": self.deleted,
+            "pending": [
+                {
+                    "due": time_to_json(p.due),
+                    "run_id": p.run_id,
+                    "task": p.task,
+                    "input": p.input,
+                    "options": dict(p.options),
+                    "reason": p.reason,
+                }
+                for p in self.pending
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScheduleState:
+        """Rebuild a state from :meth:`to_json`; ``ValueError`` for another format."""
+        if data.get("format") != STATE_FORMAT:
+            raise ValueError(f"index entry format {data.get('format')!r} is not {STATE_FORMAT}")
+        content = data["content"]
+        return cls(
+            schedule_id=data["schedule_id"],
+            version=data["version"],
+            content=None if content is None else Content.from_json(content),
+            created_digest=data["created_digest"],
+            created_at=optional_time_from_json(data["created_at"]),
+            anchor=optional_time_from_json(data["anchor"]),
+            cursor=optional_time_from_json(data["cursor"]),
+            last_decided=optional_time_from_json(data["last_decided"]),
+            runs_decided=data["runs_decided"],
+            runs_since_change=data["runs_since_change"],
+            paused=data["paused"],
+            deleted=data["deleted"],
+            pending=tuple(
+                PendingRun(
+                    due=time_from_json(p["due"]),
+                    run_id=p["run_id"],
+                    task=p["task"],
+                    input=p["input"],
+                    options=p.get("options") or {},
+                    reason=p.get("reason", "rule"),
+                )
+                for p in data["pending"]
+            ),
+        )
+
+
+# Commands -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Create:
+    content: Content
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    content: Content
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pause:
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete:
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideDue:
+    """Decide the due times the rule and the catch-up policy give up to ``now``."""
+
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideRun:
+    """Decide one given due time outside the rule's cursor (backfill, trigger: D9).
+
+    ``decided`` lists the due times already decided before the cursor (read from the stream):
+    the aggregate keeps only a high-water mark, so the caller supplies the history.
+    """
+
+    due: datetime
+    now: datetime
+    reason: str
+    decided: frozenset[datetime] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkStarted:
+    due: datetime
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkFailedToStart:
+    due: datetime
+    error: str
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MarkEnded:
+    due: datetime
+    outcome: str
+    now: datetime
+
+
+Command = (
+    Create
+    | Change
+    | Pause
+    | Resume
+    | Delete
+    | DecideDue
+    | DecideRun
+    | MarkStarted
+    | MarkFailedToStart
+    | MarkEnded
+)
+
+
+def digest(content: Content) -> str:
+    """A stable fingerprint of a schedule's content (A1 compares with it)."""
+    return hashlib.sha256(canonical(content.to_json()).encode()).hexdigest()
+
+
+def _check_bounds(content: Content, now: datetime) -> None:
+    end_at = content.rule.end_at
+    if end_at is not None and end_at < now:
+        raise InvalidSchedule(
+            f"R8: end_at {time_to_json(end_at)} is before the schedule's creation "
+            f"{time_to_json(now)}",
+            rule="R8",
+        )
+
+
+def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
+    """The events a command produces; raises when the command is refused (stores nothing)."""
+    sid = state.schedule_id
+    if isinstance(command, Create):
+        if state.deleted:
+            raise ScheduleConflict(f"A4: schedule {sid!r} was deleted; its ID cannot be reused", schedule_id=sid)
+        if state.exists:
+            if digest(command.content) == state.created_digest:
+                return []
+            raise ScheduleConflict(
+                f"A1: schedule {sid!r} exists with different content", schedule_id=sid
+            )
+        _check_bounds(command.content, command.now)
+        return [ScheduleCreated(at=command.now, content=command.content)]
+    if isinstance(command, Change):
+        _require_live(state, "change")
+        if state.content is not None and digest(command.content) == digest(state.content):
+            return []
+        _check_bounds(command.content, command.now)
+        return [ScheduleChanged(at=command.now, content=command.content)]
+    if isinstance(command, Pause):
+        _require_live(state, "pause")
+        return [] if state.paused else [SchedulePaused(at=command.now)]
+    if isinstance(command, Resume):
+        _require_live(state, "resume")
+        if not state.paused:
+            raise ScheduleConflict(f"A3: schedule {sid!r} is not paused", schedule_id=sid)
+        return [ScheduleResumed(at=command.now)]
+    if isinstance(command, Delete):
+        if state.deleted:
+            return []
+        if not state.exists:
+            raise ScheduleConflict(f"A4: schedule {sid!r} does not exist", schedule_id=sid)
+        return [ScheduleDeleted(at=command.now)]
+    if isinstance(command, DecideDue):
+        return _decide_due(state, command.now)
+    if isinstance(command, DecideRun):
+        return _decide_run(state, command)
+    if isinstance(command, MarkStarted):
+        if _pending(state, command.due) is None:
+            return []
+        return [RunStarted(at=command.now, due=command.due)]
+    if isinstance(command, MarkFailedToStart):
+        if _pending(state, command.due) is None:
+            return []
+        return [RunFailedToStart(at=command.now, due=command.due, error=command.error)]
+    if isinstance(command, MarkEnded):
+        return [RunEnded(at=command.now, due=command.due, outcome=command.outcome)]
+    raise TypeError(f"not a schedule command: {command!r}")
+
+
+def _require_live(state: ScheduleState, verb: str) -> None:
+    sid = state.schedule_id
+    if not state.exists:
+        raise ScheduleConflict(f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid)
+    if state.deleted:
+        raise ScheduleConflict(f"cannot {verb} schedule {sid!r}: it was deleted", schedule_id=sid)
+
+
+def _pending(state: ScheduleState, due: datetime) -> PendingRun | None:
+    return next((p for p in state.pending if p.due == due), None)
+
+
+def _decided(state: ScheduleState, content: Content, due: datetime, now: datetime, reason: str) -> RunDecided:
+    return RunDecided(
+        at=now,
+        due=due,
+        run_id=run_id(state.schedule_id, due),
+        task=content.task,
+        input=content.input,
+        options=content.options,
+        reason=reason,
+    )
+
+
+def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
+    if not state.active:
+        return []
+    content = state.content
+    assert content is not None
+    budget = state.budget()
+    if budget == 0:
+        return []
+    rule = content.rule
+    if isinstance(rule, Once):
+        due = state.next_due()
+        # R5: a past `at` runs at the next tick whatever the catch-up policy.
+        return [] if due is None or due > now else [_decided(state, content, due, now, "rule")]
+    if state.cursor is None:
+        return []
+    selection = catchup.select(
+        rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
+    )
+    events: list[ScheduleEvent] = []
+    if selection.dropped != 0 and selection.dropped_through is not None:
+        events.append(RunsMissed(at=now, through=selection.dropped_through, count=selection.dropped))
+    runs = selection.run if budget is None else selection.run[:budget]
+    events.extend(_decided(state, content, due, now, "rule") for due in runs)
+    return events
+
+
+def _decide_run(state: ScheduleState, command: DecideRun) -> list[ScheduleEvent]:
+    sid = state.schedule_id
+    _require_live(state, "start a run of")
+    if command.due > command.now + FUTURE_TOLERANCE:
+        raise InvalidSchedule(
+            f"A6: due time {time_to_json(command.due)} of {sid!r} is in the future",
+            schedule_id=sid,
+        )
+    if command.due in command.decided or _pending(state, command.due) is not None:
+        return []
+    if state.last_decided is not None and command.due == state.last_decided:
+        return []
+    assert state.content is not None
+    return [_decided(state, state.content, command.due, command.now, command.reason)]
+
+
+# Fold -------------------------------------------------------------------------------------
+
+
+def _later(a: datetime | None, b: datetime) -> datetime:
+    return b if a is None or b > a else a
+
+
+def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
+    """The state after one event. Unknown events leave the state as it is."""
+    state = replace(state, version=state.version + 1)
+    if isinstance(event, ScheduleCreated):
+        return replace(
+            state,
+            content=event.content,
+            created_digest=digest(event.content),
+            created_at=event.at,
+            anchor=event.at,
+            cursor=None if isinstance(event.content.rule, Once) else event.at,
+        )
+    if isinstance(event, ScheduleChanged):
+        cursor = (
+            state.last_decided
+            if isinstance(event.content.rule, Once)
+            else _later(state.cursor, event.at)
+        )
+        return replace(state, content=event.content, anchor=event.at, cursor=cursor, runs_since_change=0)
+    if isinstance(event, SchedulePaused):
+        return replace(state, paused=True)
+    if isinstance(event, ScheduleResumed):
+        return replace(state, paused=False, cursor=_later(state.cursor, event.at))
+    if isinstance(event, ScheduleDeleted):
+        return replace(state, deleted=True)
+    if isinstance(event, RunDecided):
+        pending = PendingRun(
+            due=event.due,
+            run_id=event.run_id,
+            task=event.task,
+            input=event.input,
+            options=event.options,
+            reason=event.reason,
+        )
+        counts = event.reason == "rule"
+        return replace(
+            state,
+            cursor=_later(state.cursor, event.due) if counts else state.cursor,
+            last_decided=_later(state.last_decided, event.due),
+            runs_decided=state.runs_decided + 1,
+            runs_since_change=state.runs_since_change + (1 if counts else 0),
+            pending=(*state.pending, pending),
+        )
+    if isinstance(event, (RunStarted, RunFailedToStart)):
+        return replace(state, pending=tuple(p for p in state.pending if p.due != event.due))
+    if isinstance(event, RunSkipped):
+        return replace(state, cursor=_later(state.cursor, event.due))
+    if isinstance(event, RunsMissed):
+        return replace(state, cursor=_later(state.cursor, event.through))
+    return state
+
+
+def fold_all(state: ScheduleState, events: Iterable[ScheduleEvent]) -> ScheduleState:
+    """Fold a sequence of events."""
+    for event in events:
+        state = fold(state, event)
+    return state

@@ -1,0 +1,302 @@
+"""``durable.schedules``: create, change, pause, resume, delete and read schedules (SPEC §3, §7).
+
+Every command reads the schedule's state, asks the aggregate, and appends the resulting events
+at the version it read. When another process appended first, the command reads again and asks
+again (A8): the journal's unique ``(stream, version)`` makes the loser see the winner's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.codec import check_json_value
+from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule, UnknownTask
+from celery_durable.events import (
+    Content,
+    RunDecided,
+    RunEnded,
+    RunFailedToStart,
+    RunSkipped,
+    RunStarted,
+    ScheduleEvent,
+    from_stored,
+    to_new_event,
+)
+from celery_durable.ids import check_schedule_id, check_text, schedule_stream
+from celery_durable.ids import run_id as make_run_id
+from celery_durable.policies import CatchUp, Overlap
+from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
+from celery_durable.schedule import (
+    Change,
+    Command,
+    Create,
+    Delete,
+    Pause,
+    Resume,
+    ScheduleState,
+    decide,
+    fold_all,
+)
+from celery_durable.views import RunView, ScheduleView
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+_RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
+
+_STR_OPTIONS = ("queue", "routing_key", "exchange")
+_NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
+KNOWN_OPTIONS = frozenset(
+    ("args", "kwargs", "priority", "headers", *_STR_OPTIONS, *_NUMBER_OPTIONS)
+)
+"""Celery options a schedule may carry to each run's message."""
+
+_MAX_ATTEMPTS = 50
+
+
+def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Validate the Celery options of a schedule; ``InvalidSchedule`` names the bad one."""
+    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    if unknown:
+        raise InvalidSchedule(
+            f"unknown option {unknown[0]!r}; known: {', '.join(sorted(KNOWN_OPTIONS))}",
+            field=unknown[0],
+        )
+    checked: dict[str, Any] = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key == "args" and not isinstance(value, list):
+            raise InvalidSchedule("option 'args' must be a list", field=key)
+        if key in ("kwargs", "headers") and not isinstance(value, dict):
+            raise InvalidSchedule(f"option {key!r} must be a dict", field=key)
+        if key in _STR_OPTIONS:
+            check_text(value, f"option {key!r}")
+        if key in _NUMBER_OPTIONS and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+        ):
+            raise InvalidSchedule(f"option {key!r} must be a positive number of seconds", field=key)
+        if key == "priority" and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255
+        ):
+            raise InvalidSchedule("option 'priority' must be an int from 0 to 255", field=key)
+        checked[key] = check_json_value(value, f"option {key!r}", max_bytes=max_bytes)
+    return checked
+
+
+class Schedules:
+    """Runtime management of durable schedules. Reach it as ``durable.schedules``."""
+
+    def __init__(self, durable: Durable) -> None:
+        self._durable = durable
+
+    # Commands ----------------------------------------------------------------------------
+
+    def create(
+        self,
+        id: str,
+        task: Any,
+        input: Any = None,
+        rule: Rule | None = None,
+        catch_up: CatchUp | str = CatchUp.LATEST,
+        **options: Any,
+    ) -> None:
+        """Create schedule ``id`` starting ``task`` with ``input`` at each due time of ``rule``.
+
+        A second create with the content the schedule was first created with stores nothing
+        (A1). Raises ``InvalidSchedule`` for bad arguments, ``UnknownTask`` when the task is not
+        registered (A7), ``ScheduleConflict`` for other content or a deleted ID.
+
+        >>> durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
+        """
+        content = self._content(id, task, input, rule, catch_up, options)
+        self._execute(id, lambda now: Create(content=content, now=now))
+
+    def change(
+        self,
+        id: str,
+        task: Any,
+        input: Any = None,
+        rule: Rule | None = None,
+        catch_up: CatchUp | str = CatchUp.LATEST,
+        **options: Any,
+    ) -> None:
+        """Replace everything a schedule starts (A2). Due times at or before the change never run.
+
+        Raises ``ScheduleConflict`` for an unknown or deleted schedule.
+        """
+        content = self._content(id, task, input, rule, catch_up, options)
+        self._execute(id, lambda now: Change(content=content, now=now))
+
+    def pause(self, id: str) -> None:
+        """Stop starting runs (A3); pausing a paused schedule does nothing."""
+        self._execute(check_schedule_id(id), lambda now: Pause(now=now))
+
+    def resume(self, id: str) -> None:
+        """Start runs again from the first due time after now (A3)."""
+        self._execute(check_schedule_id(id), lambda now: Resume(now=now))
+
+    def delete(self, id: str) -> None:
+        """End the schedule for good (A4); its ID can never be used again."""
+        self._execute(check_schedule_id(id), lambda now: Delete(now=now))
+
+    # Reads --------------------------------------------------------------------------------
+
+    def state(self, id: str) -> ScheduleView | None:
+        """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
+        state = self._durable._store.load(check_schedule_id(id))
+        return view_of(state) if state.exists else None
+
+    def list(self, *, include_deleted: bool = False) -> list[ScheduleView]:
+        """Every schedule, ordered by ID (deleted ones only when asked)."""
+        views = [view_of(s) for s in self._durable._store.load_all() if s.exists]
+        return [v for v in views if include_deleted or not v.deleted]
+
+    def runs(self, id: str, *, limit: int | None = None) -> list[RunView]:
+        """The decided runs of a schedule, newest first (V2)."""
+        sid = check_schedule_id(id)
+        events = self._durable._store.events(sid)
+        return runs_of(sid, events)[:limit]
+
+    # Internals ----------------------------------------------------------------------------
+
+    def _content(
+        self,
+        id: str,
+        task: Any,
+        input: Any,
+        rule: Rule | None,
+        catch_up: CatchUp | str,
+        options: dict[str, Any],
+    ) -> Content:
+        durable = self._durable
+        overlap = Overlap.parse(options.pop("overlap", Overlap.ALLOW))
+        task_name = durable.task_name(task)
+        check_schedule_id(id, task_name)
+        if rule is None:
+            raise InvalidSchedule("rule is missing", field="rule")
+        if not isinstance(rule, _RULE_TYPES):
+            raise InvalidSchedule(f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}")
+        policy = CatchUp.parse(catch_up)
+        max_bytes = durable.config.max_input_bytes
+        check_json_value(input, "input", max_bytes=max_bytes)
+        checked_options = check_options(options, max_bytes)
+        durable.require_task(task_name)
+        return Content(
+            task=task_name,
+            input=input,
+            rule=rule,
+            catch_up=policy,
+            overlap=overlap,
+            options=checked_options,
+        )
+
+    def _execute(self, id: str, make: Callable[[Any], Command]) -> list[ScheduleEvent]:
+        return self._durable._store.execute(id, make)
+
+
+class ScheduleStore:
+    """Loads schedule states from the journal and appends the aggregate's decisions."""
+
+    def __init__(self, durable: Durable) -> None:
+        self._durable = durable
+
+    def events(self, schedule_id: str) -> list[ScheduleEvent]:
+        journal = self._durable.journal
+        return [from_stored(e) for e in journal.read_stream(schedule_stream(schedule_id))]
+
+    def load(self, schedule_id: str) -> ScheduleState:
+        """The current state of one schedule, folded from its stream."""
+        return fold_all(ScheduleState(schedule_id=schedule_id), self.events(schedule_id))
+
+    def load_all(self) -> list[ScheduleState]:
+        """Every schedule's state (ordered by ID), folded from the journal."""
+        journal = self._durable.journal
+        by_id: dict[str, list[ScheduleEvent]] = {}
+        position = 0
+        while True:
+            batch = journal.read_all(position, category="schedule", limit=5000)
+            if not batch:
+                break
+            for stored in batch:
+                by_id.setdefault(stored.stream.split("/", 1)[1], []).append(from_stored(stored))
+            position = batch[-1].position
+        return [
+            fold_all(ScheduleState(schedule_id=sid), events) for sid, events in sorted(by_id.items())
+        ]
+
+    def execute(self, schedule_id: str, make: Callable[[Any], Command]) -> list[ScheduleEvent]:
+        """Decide a command on the latest state and append its events; re-decide on conflict."""
+        journal = self._durable.journal
+        stream = schedule_stream(schedule_id)
+        for _ in range(_MAX_ATTEMPTS):
+            state = self.load(schedule_id)
+            events = decide(state, make(self._durable.now()))
+            if not events:
+                return []
+            try:
+                journal.append(stream, state.version, [to_new_event(e) for e in events])
+            except AppendConflict:
+                continue
+            return events
+        raise DurableError(f"schedule {schedule_id!r} kept changing under {_MAX_ATTEMPTS} attempts")
+
+
+def view_of(state: ScheduleState) -> ScheduleView:
+    """The user-facing view of a schedule state."""
+    content = state.content
+    assert content is not None
+    return ScheduleView(
+        id=state.schedule_id,
+        task=content.task,
+        input=content.input,
+        rule=content.rule,
+        catch_up=content.catch_up,
+        overlap=content.overlap,
+        options=dict(content.options),
+        paused=state.paused,
+        deleted=state.deleted,
+        anchor=state.anchor,
+        next_due=state.next_due(),
+        created_at=state.created_at,
+        runs_decided=state.runs_decided,
+        pending=len(state.pending),
+        version=state.version,
+    )
+
+
+def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
+    """The runs recorded in a schedule's events, newest first."""
+    runs: dict[Any, dict[str, Any]] = {}
+    for event in events:
+        if isinstance(event, RunDecided):
+            runs[event.due] = {
+                "run_id": event.run_id,
+                "schedule_id": schedule_id,
+                "due": event.due,
+                "state": "decided",
+                "task": event.task,
+                "input": event.input,
+                "reason": event.reason,
+                "decided_at": event.at,
+            }
+        elif isinstance(event, RunStarted) and event.due in runs:
+            runs[event.due].update(state="started", started_at=event.at)
+        elif isinstance(event, RunFailedToStart) and event.due in runs:
+            runs[event.due].update(state="failed_to_start", error=event.error)
+        elif isinstance(event, RunSkipped):
+            runs[event.due] = {
+                "run_id": make_run_id(schedule_id, event.due),
+                "schedule_id": schedule_id,
+                "due": event.due,
+                "state": "skipped",
+                "error": event.reason,
+                "decided_at": event.at,
+            }
+        elif isinstance(event, RunEnded) and event.due in runs:
+            runs[event.due]["outcome"] = event.outcome
+    return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
+
+
+__all__ = ["KNOWN_OPTIONS", "ScheduleStore", "Schedules", "check_options"]

@@ -1,0 +1,59 @@
+"""Read models handed to users: a schedule as the index knows it, and its runs (SPEC §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery_durable.policies import CatchUp, Overlap
+from celery_durable.rules import Rule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleView:
+    """A schedule's content and status (V1). Times are aware UTC."""
+
+    id: str
+    task: str
+    input: Any
+    rule: Rule
+    catch_up: CatchUp
+    overlap: Overlap
+    options: Mapping[str, Any]
+    paused: bool
+    deleted: bool
+    anchor: datetime | None
+    next_due: datetime | None
+    """``None`` while paused, deleted or complete."""
+    created_at: datetime | None
+    runs_decided: int
+    pending: int
+    """Decided runs whose message is not on the broker yet."""
+    version: int
+
+    @property
+    def complete(self) -> bool:
+        """No due time is left (``Once`` decided, ``max_runs`` reached, past ``end_at``)."""
+        return not self.deleted and not self.paused and self.next_due is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunView:
+    """One decided (or skipped) due time of a schedule (V2)."""
+
+    run_id: str
+    schedule_id: str
+    due: datetime
+    state: str
+    """``decided``, ``started``, ``skipped`` or ``failed_to_start``."""
+    task: str | None = None
+    input: Any = None
+    reason: str = "rule"
+    decided_at: datetime | None = None
+    started_at: datetime | None = None
+    error: str | None = None
+    outcome: str | None = None
+    """For durable tasks: ``running``, ``finished``, ``faulted``, ``cancelled``, ``parked``."""
+    extra: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,234 @@
+"""``durable.schedules`` on real journals (SQLite file and PostgreSQL): SPEC §3, §7, §8."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, time, timedelta, timezone
+
+import pytest
+from celery import Celery
+
+from celery_durable import (
+    CatchUp,
+    Cron,
+    Daily,
+    Durable,
+    DurableError,
+    Every,
+    InvalidSchedule,
+    Once,
+    Overlap,
+    ScheduleConflict,
+    UnknownTask,
+    Weekly,
+)
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def app() -> Celery:
+    app = Celery("api_tests", broker="memory://", set_as_current=False)
+
+    @app.task(name="backup", shared=False)
+    def backup(folder: str) -> str:  # pragma: no cover - never run here
+        return folder
+
+    return app
+
+
+@pytest.fixture
+def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    d = Durable(app, journal_url, clock=clock)
+    yield d
+    d.close()
+
+
+def stored_events(durable: Durable) -> int:
+    return durable.journal.head()
+
+
+def test_create_then_state(durable: Durable) -> None:
+    durable.schedules.create("nightly", "backup", "/srv", Daily(time(2), "Europe/Oslo"))
+    view = durable.schedules.state("nightly")
+    assert view is not None
+    assert (view.id, view.task, view.input) == ("nightly", "backup", "/srv")
+    assert view.rule == Daily("02:00", "Europe/Oslo")
+    assert view.catch_up is CatchUp.LATEST
+    assert view.overlap is Overlap.ALLOW
+    assert not view.paused and not view.deleted
+    assert view.anchor == T0
+    assert view.next_due == datetime(2026, 11, 3, 1, tzinfo=UTC)
+    assert durable.schedules.state("missing") is None
+
+
+def test_create_with_task_object_and_options(durable: Durable, app: Celery) -> None:
+    task = app.tasks["backup"]
+    durable.schedules.create(
+        "q", task, "/srv", Every(timedelta(minutes=5)), CatchUp.ALL, queue="slow", priority=3,
+        overlap="skip",
+    )
+    view = durable.schedules.state("q")
+    assert view is not None
+    assert view.options == {"queue": "slow", "priority": 3}
+    assert view.catch_up is CatchUp.ALL
+    assert view.overlap is Overlap.SKIP
+
+
+def test_a1_repeated_create_is_idempotent_and_other_content_conflicts(durable: Durable) -> None:
+    rule = Weekly(["thu", "mon"], "08:00", "Europe/Oslo")
+    durable.schedules.create("w", "backup", {"c": "Ada"}, rule, CatchUp.ALL)
+    head = stored_events(durable)
+    durable.schedules.create("w", "backup", {"c": "Ada"}, Weekly(["mon", "thu"], "08:00", "Europe/Oslo"), "all")
+    assert stored_events(durable) == head
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.create("w", "backup", {"c": "Bob"}, rule, CatchUp.ALL)
+    assert stored_events(durable) == head
+
+
+def test_a2_change_replaces_everything(durable: Durable, clock: FakeClock) -> None:
+    durable.schedules.create("e", "backup", "a", Every(timedelta(seconds=10)))
+    clock.advance(seconds=3)
+    durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
+    view = durable.schedules.state("e")
+    assert view is not None
+    assert view.input == "b" and view.catch_up is CatchUp.NONE
+    assert view.anchor == T0 + timedelta(seconds=3)
+    assert view.next_due == T0 + timedelta(seconds=10)
+    head = stored_events(durable)
+    durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
+    assert stored_events(durable) == head
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.change("nope", "backup", "b", Every(timedelta(seconds=7)))
+
+
+def test_a3_pause_resume(durable: Durable, clock: FakeClock) -> None:
+    durable.schedules.create("n", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    durable.schedules.pause("n")
+    durable.schedules.pause("n")
+    view = durable.schedules.state("n")
+    assert view is not None and view.paused and view.next_due is None
+    clock.advance(days=3)
+    durable.schedules.resume("n")
+    view = durable.schedules.state("n")
+    assert view is not None and not view.paused
+    assert view.next_due == datetime(2026, 11, 6, 1, tzinfo=UTC)
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.resume("n")
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.pause("unknown")
+
+
+def test_a4_delete(durable: Durable) -> None:
+    durable.schedules.create("d", "backup", None, Every(timedelta(minutes=1)))
+    durable.schedules.delete("d")
+    durable.schedules.delete("d")
+    view = durable.schedules.state("d")
+    assert view is not None and view.deleted and view.next_due is None
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.create("d", "backup", None, Every(timedelta(minutes=1)))
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.delete("never")
+    assert [v.id for v in durable.schedules.list()] == []
+    assert [v.id for v in durable.schedules.list(include_deleted=True)] == ["d"]
+
+
+def test_a7_unknown_task_is_refused_before_storing(durable: Durable) -> None:
+    with pytest.raises(UnknownTask, match="not registered"):
+        durable.schedules.create("x", "no.such.task", None, Every(timedelta(minutes=1)))
+    with pytest.raises(LookupError):
+        durable.schedules.create("x", "no.such.task", None, Every(timedelta(minutes=1)))
+    assert durable.schedules.state("x") is None
+    assert stored_events(durable) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"id": "a~b"}, "S1"),
+        ({"id": ""}, "S1"),
+        ({"rule": None}, "rule is missing"),
+        ({"rule": "daily"}, "rule must be"),
+        ({"catch_up": None}, "catch_up is missing"),
+        ({"catch_up": "sometimes"}, "catch_up must be one of"),
+        ({"input": (1, 2)}, "JSON round trip"),
+        ({"input": {1: "x"}}, "JSON round trip"),
+        ({"input": float("nan")}, "JSON round trip"),
+        ({"input": {"x": object()}}, "JSON round trip"),
+        ({"input": "x" * (256 * 1024 + 1)}, "bytes"),
+        ({"task": None}, "task is missing"),
+        ({"task": 12}, "task must be"),
+        ({"colour": "red"}, "unknown option 'colour'"),
+        ({"priority": 300}, "priority"),
+        ({"overlap": "maybe"}, "overlap must be"),
+        ({"rule": Daily("02:00", "UTC", end_at=T0 - timedelta(days=1))}, "end_at"),
+    ],
+)
+def test_bad_input_raises_invalid_schedule_and_stores_nothing(
+    durable: Durable, kwargs: dict, message: str
+) -> None:
+    args = {"id": "s", "task": "backup", "input": None, "rule": Every(timedelta(minutes=1))} | kwargs
+    with pytest.raises(InvalidSchedule, match=message):
+        durable.schedules.create(**args)
+    assert stored_events(durable) == 0
+
+
+def test_exception_hierarchy() -> None:
+    assert issubclass(InvalidSchedule, DurableError) and issubclass(InvalidSchedule, ValueError)
+    assert issubclass(ScheduleConflict, DurableError)
+    assert issubclass(UnknownTask, DurableError) and issubclass(UnknownTask, LookupError)
+
+
+def test_list_is_ordered_by_id(durable: Durable) -> None:
+    for sid in ("b", "a", "c"):
+        durable.schedules.create(sid, "backup", sid, Cron("0 * * * *"))
+    assert [v.id for v in durable.schedules.list()] == ["a", "b", "c"]
+
+
+def test_once_view_completes(durable: Durable) -> None:
+    durable.schedules.create("o", "backup", None, Once(T0 + timedelta(hours=1)))
+    view = durable.schedules.state("o")
+    assert view is not None and view.next_due == T0 + timedelta(hours=1)
+
+
+def test_runs_are_empty_before_any_decision(durable: Durable) -> None:
+    durable.schedules.create("r", "backup", None, Every(timedelta(seconds=1)))
+    assert durable.schedules.runs("r") == []
+
+
+def test_naive_clock_is_refused(app: Celery, sqlite_url: str) -> None:
+    d = Durable(app, sqlite_url, clock=lambda: datetime(2026, 1, 1))
+    with pytest.raises(DurableError, match="aware"):
+        d.schedules.create("x", "backup", None, Every(timedelta(minutes=1)))
+
+
+def test_url_falls_back_to_conf_then_env(app: Celery, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("CELERY_DURABLE_URL", raising=False)
+    assert Durable(app).config.url == "sqlite:///celery_durable.db"
+    monkeypatch.setenv("CELERY_DURABLE_URL", f"sqlite:///{tmp_path}/env.db")
+    assert Durable(app).config.url == f"sqlite:///{tmp_path}/env.db"
+    app.conf.durable_url = f"sqlite:///{tmp_path}/conf.db"
+    assert Durable(app).config.url == f"sqlite:///{tmp_path}/conf.db"
+    assert Durable(app, "sqlite:///x.db").config.url == "sqlite:///x.db"
+
+
+def test_construction_opens_no_connection(app: Celery) -> None:
+    d = Durable(app, "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert "journal" not in repr(d) or "not opened" in repr(d)
