@@ -31,6 +31,10 @@ class DurableConfig:
     """``durable_max_input_bytes``: larger inputs and step results are refused."""
     sqlite_synchronous: str = "FULL"
     """``durable_sqlite_synchronous``: SQLite's ``synchronous`` pragma for the journal."""
+    poll_interval: float = 1.0
+    """``durable_poll_interval``: how often the dispatcher looks for changes by others (D3)."""
+    leader_lease: float = 10.0
+    """``durable_leader_lease``: seconds before a standby dispatcher takes over a silent one (D6)."""
 
     @classmethod
     def from_app(cls, conf: Any, url: str | None = None) -> DurableConfig:
@@ -50,6 +54,8 @@ class DurableConfig:
             run_lease=_positive(conf, "durable_run_lease", 300.0),
             max_input_bytes=int(_positive(conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES)),
             sqlite_synchronous=synchronous,
+            poll_interval=_positive(conf, "durable_poll_interval", 1.0),
+            leader_lease=_positive(conf, "durable_leader_lease", 10.0),
         )
 
 

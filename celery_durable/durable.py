@@ -7,15 +7,19 @@ import weakref
 from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
 from celery_durable.config import DurableConfig
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
 from celery_durable.ids import check_text
+from celery_durable.index import ScheduleIndex
 from celery_durable.journal import SqlJournal
 from celery_durable.schedules import Schedules, ScheduleStore
+
+if TYPE_CHECKING:
+    from celery_durable.dispatcher import Dispatcher
 
 Clock = Callable[[], datetime]
 
@@ -69,12 +73,23 @@ class Durable:
         """The SQL journal (connects on first use)."""
         return SqlJournal(self.config.url, sqlite_synchronous=self.config.sqlite_synchronous)
 
+    @cached_property
+    def index(self) -> ScheduleIndex:
+        """The schedule index projection's table access."""
+        return ScheduleIndex(self.journal)
+
     def now(self) -> datetime:
         """The current time from the clock, checked to be aware and converted to UTC."""
         moment = self._clock()
         if not isinstance(moment, datetime) or moment.utcoffset() is None:
             raise DurableError(f"clock returned {moment!r}; an aware datetime is required")
         return moment.astimezone(timezone.utc)
+
+    def dispatcher(self, **options: Any) -> Dispatcher:
+        """The dispatcher core without beat: ``.tick()`` decides and enqueues what is due."""
+        from celery_durable.dispatcher import Dispatcher
+
+        return Dispatcher(self, **options)
 
     # Tasks ---------------------------------------------------------------------------------
 

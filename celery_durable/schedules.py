@@ -7,6 +7,7 @@ again (A8): the journal's unique ``(stream, version)`` makes the loser see the w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from celery_durable.events import (
     from_stored,
     to_new_event,
 )
+from celery_durable.index import UnreadableEntry, fold_stored
 from celery_durable.ids import check_schedule_id, check_text, schedule_stream
 from celery_durable.ids import run_id as make_run_id
 from celery_durable.policies import CatchUp, Overlap
@@ -53,6 +55,8 @@ KNOWN_OPTIONS = frozenset(
 """Celery options a schedule may carry to each run's message."""
 
 _MAX_ATTEMPTS = 50
+
+log = logging.getLogger("celery_durable.schedules")
 
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -207,24 +211,28 @@ class ScheduleStore:
         return [from_stored(e) for e in journal.read_stream(schedule_stream(schedule_id))]
 
     def load(self, schedule_id: str) -> ScheduleState:
-        """The current state of one schedule, folded from its stream."""
-        return fold_all(ScheduleState(schedule_id=schedule_id), self.events(schedule_id))
+        """The current state of one schedule: its index row plus the events stored after it."""
+        journal = self._durable.journal
+        try:
+            state = self._durable.index.load([schedule_id]).get(schedule_id)
+        except UnreadableEntry as exc:
+            log.warning("%s; reading the schedule's whole stream instead", exc)
+            state = None
+        state = state or ScheduleState(schedule_id=schedule_id)
+        tail = journal.read_stream(schedule_stream(schedule_id), after_version=state.version)
+        return fold_all(state, [from_stored(e) for e in tail])
 
     def load_all(self) -> list[ScheduleState]:
-        """Every schedule's state (ordered by ID), folded from the journal."""
-        journal = self._durable.journal
-        by_id: dict[str, list[ScheduleEvent]] = {}
-        position = 0
-        while True:
-            batch = journal.read_all(position, category="schedule", limit=5000)
-            if not batch:
-                break
-            for stored in batch:
-                by_id.setdefault(stored.stream.split("/", 1)[1], []).append(from_stored(stored))
-            position = batch[-1].position
-        return [
-            fold_all(ScheduleState(schedule_id=sid), events) for sid, events in sorted(by_id.items())
-        ]
+        """Every schedule's current state, ordered by ID: the index rows plus newer events."""
+        index = self._durable.index
+        try:
+            states = index.load()
+            position = index.position()
+        except UnreadableEntry as exc:
+            log.warning("%s; folding the journal instead", exc)
+            states, position = {}, 0
+        fold_stored(states, index.events_after(position))
+        return [states[sid] for sid in sorted(states)]
 
     def execute(self, schedule_id: str, make: Callable[[Any], Command]) -> list[ScheduleEvent]:
         """Decide a command on the latest state and append its events; re-decide on conflict."""

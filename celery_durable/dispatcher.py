@@ -1,0 +1,444 @@
+"""The dispatcher: decide what is due, store the decision, enqueue, store the start (SPEC §5).
+
+One :meth:`Dispatcher.tick` at a time, from the beat loop or from a test with a fake clock:
+
+1. Hold the lease (D6); a standby only polls it.
+2. Fold the schedule events stored since the last tick into the index (D2) — this is also how
+   schedules created or changed by other processes are seen within a tick (D3).
+3. For each schedule whose attention time has come, ask the aggregate (C1–C3, A2, A3, R5, R6)
+   and append its decisions: many schedules per transaction (A6, A8).
+4. Enqueue every decided run with ``task_id = run ID`` (S2, S3), then append the starts.
+   A broker failure leaves the run decided; it is tried again after ``min(check, 5 s)``.
+
+The policy lives in the aggregate; this module only asks, stores and sends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from contextlib import nullcontext
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from kombu.exceptions import EncodeError
+
+from celery_durable.catchup import recent_due_times
+from celery_durable.codec import time_to_json
+from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.events import RunDecided, ScheduleEvent, to_new_event
+from celery_durable.ids import format_due, schedule_stream
+from celery_durable.index import ScheduleIndex, UnreadableEntry, attention_of, fold_stored
+from celery_durable.journal import Append
+from celery_durable.lease import Lease, default_owner
+from celery_durable.schedule import (
+    Command,
+    DecideDue,
+    MarkFailedToStart,
+    MarkStarted,
+    PendingRun,
+    ScheduleState,
+    decide,
+    fold_all,
+)
+from celery_durable.events import from_stored
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+log = logging.getLogger("celery_durable.dispatcher")
+
+CHUNK = 1000
+"""Schedules decided, sent and recorded per round: bounds transaction size and latency."""
+
+MESSAGE_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "time_limit", "soft_time_limit")
+
+#: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
+PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError, EncodeError)
+
+
+class TaskMissing(DurableError, LookupError):
+    """A run's task is not registered in the dispatcher's app (D4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What is sent for one run: positional and keyword arguments, options, headers."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    headers: dict[str, Any]
+
+
+class Dispatcher:
+    """Decides and enqueues the due runs of every schedule in one journal.
+
+    Build it with ``durable.dispatcher()``; call :meth:`tick` repeatedly. ``tick`` returns the
+    seconds to sleep before the next call.
+    """
+
+    def __init__(
+        self,
+        durable: Durable,
+        *,
+        owner: str | None = None,
+        lease_ttl: float | None = None,
+        poll_interval: float | None = None,
+    ) -> None:
+        self.durable = durable
+        self.app = durable.app
+        config = durable.config
+        self.check_interval = config.check_interval
+        self.retry_delay = timedelta(seconds=min(config.check_interval, 5.0))
+        self.poll_interval = min(poll_interval or config.poll_interval, config.check_interval)
+        self.lease = Lease(
+            durable.journal, "dispatcher", owner or default_owner(), lease_ttl or config.leader_lease
+        )
+        self.index = ScheduleIndex(durable.journal)
+        self._loaded = False
+        self._position = 0
+        self._states: dict[str, ScheduleState] = {}
+        self._attention: dict[str, datetime] = {}
+        self._heap: list[tuple[datetime, str]] = []
+        self._retry_at: dict[str, datetime] = {}
+        self._missing_logged: dict[str, datetime] = {}
+        self._failed_logged: set[str] = set()
+        self._broker_down_since: datetime | None = None
+
+    # The loop body ----------------------------------------------------------------------------
+
+    def tick(self) -> float:
+        """Decide and enqueue everything due at the clock's time; return the seconds to sleep."""
+        now = self.durable.now()
+        if not self.lease.hold(now):
+            self._loaded = False  # another process works; our caches go stale
+            return self.poll_interval
+        if not self._loaded:
+            self.load(now)
+        else:
+            self.refresh(now)
+        due = self._pop_due(now)
+        for start in range(0, len(due), CHUNK):
+            self._process(due[start : start + CHUNK], now)
+        return self._sleep_after(self.durable.now())
+
+    def load(self, now: datetime) -> None:
+        """Read the index and the events stored since (C4); nothing is decided before this."""
+        self.durable.journal.ensure_ready()
+        if self.index.needs_rebuild():
+            self.index.rebuild(now)
+        self._states.clear()
+        self._heap.clear()
+        self._attention.clear()
+        self._position = self.index.position()
+        for sid, when in self.index.attention().items():
+            self._watch(sid, when)
+        self._loaded = True
+        self.refresh(now)
+
+    def refresh(self, now: datetime) -> None:
+        """Fold the schedule events stored since the last read into the index rows."""
+        events = self.index.events_after(self._position)
+        if not events:
+            return
+        sids = {e.stream.split("/", 1)[1] for e in events}
+        try:
+            self._states.update(self.index.load([s for s in sids if s not in self._states]))
+        except UnreadableEntry as exc:
+            log.warning("%s: rebuilding the index", exc)
+            self._states = self.index.rebuild(now)
+            self._position = self.index.position()
+            self._heap.clear()
+            self._attention.clear()
+            for sid, state in self._states.items():
+                self._watch(sid, attention_of(state))
+            return
+        changed = fold_stored(self._states, events)
+        self._position = events[-1].position
+        self.index.save([self._states[s] for s in changed], self._position, now)
+        for sid in changed:
+            self._watch(sid, attention_of(self._states[sid]))
+
+    # Deciding and sending ----------------------------------------------------------------------
+
+    def _process(self, sids: Sequence[str], now: datetime) -> None:
+        states = self._states_of(sids)
+        self._append({sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)})
+        sendable = [
+            (sid, p)
+            for sid in sids
+            for p in self._states[sid].pending
+            if self._retry_at.get(p.run_id, now) <= now
+        ]
+        starts: dict[str, list[Command]] = {}
+        for sid, pending, error in self._send(sendable, now):
+            command: Command = (
+                MarkStarted(due=pending.due, now=now)
+                if error is None
+                else MarkFailedToStart(due=pending.due, error=error, now=now)
+            )
+            starts.setdefault(sid, []).append(command)
+        self._append(starts)
+        for sid in sids:
+            self._watch(sid, self._attention_now(sid, now))
+
+    def _decide(self, sid: str, commands: Sequence[Command]) -> list[ScheduleEvent]:
+        state = self._states[sid]
+        out: list[ScheduleEvent] = []
+        for command in commands:
+            events = decide(state, command)
+            state = fold_all(state, events)
+            out.extend(events)
+        return out
+
+    def _append(self, commands: dict[str, list[Command]]) -> None:
+        """Decide and append every schedule's commands in one transaction.
+
+        On a version conflict (another process appended first, A8) the schedule is read again
+        and its commands decided again on the fresh state.
+        """
+        decisions = {sid: self._decide(sid, cmds) for sid, cmds in commands.items()}
+        decisions = {sid: events for sid, events in decisions.items() if events}
+        while decisions:
+            appends = [
+                Append(
+                    stream=schedule_stream(sid),
+                    expected_version=self._states[sid].version,
+                    events=[to_new_event(e) for e in events],
+                )
+                for sid, events in decisions.items()
+            ]
+            try:
+                self.durable.journal.append_many(appends)
+            except AppendConflict as exc:
+                sid = str(getattr(exc, "stream", "")).split("/", 1)[-1]
+                if sid not in decisions:
+                    raise
+                self._reload(sid)
+                fresh = self._decide(sid, commands[sid])
+                if fresh:
+                    decisions[sid] = fresh
+                else:
+                    del decisions[sid]
+                continue
+            for sid, events in decisions.items():
+                self._states[sid] = fold_all(self._states[sid], events)
+                for event in events:
+                    if isinstance(event, RunDecided):
+                        _log_decided(sid, event)
+            return
+
+    def _send(
+        self, runs: Sequence[tuple[str, PendingRun]], now: datetime
+    ) -> Iterable[tuple[str, PendingRun, str | None]]:
+        """Enqueue runs; yield ``(sid, run, None)`` when sent, ``(…, error)`` when it never can be."""
+        if not runs:
+            return
+        sent: list[tuple[str, PendingRun]] = []
+        failed: list[tuple[str, PendingRun, str]] = []
+        try:
+            with self.app.producer_or_acquire() as producer:
+                batch = getattr(producer, "batch", None)
+                context = batch(max_size=CHUNK) if batch is not None else nullcontext()
+                with context:
+                    for sid, pending in runs:
+                        try:
+                            self._publish(sid, pending, producer)
+                        except TaskMissing as exc:
+                            self._log_missing(sid, pending.task, pending.due, now, exc)
+                            self._retry_at[pending.run_id] = now + self.retry_delay
+                        except PERMANENT_SEND_ERRORS as exc:
+                            failed.append((sid, pending, f"{type(exc).__name__}: {exc}"))
+                        else:
+                            sent.append((sid, pending))
+        except Exception as exc:  # the broker is away: nothing of this round counts as sent
+            if self._broker_down_since is None:
+                self._broker_down_since = now
+                log.error(
+                    "cannot enqueue %d decided run(s): %s: %s; retrying every %.0fs",
+                    len(runs),
+                    type(exc).__name__,
+                    exc,
+                    self.retry_delay.total_seconds(),
+                )
+            for _sid, pending in runs:
+                self._retry_at[pending.run_id] = now + self.retry_delay
+            sent = []
+        else:
+            if self._broker_down_since is not None and sent:
+                log.warning("broker reachable again; enqueueing decided runs")
+                self._broker_down_since = None
+        for sid, pending in sent:
+            self._retry_at.pop(pending.run_id, None)
+            yield sid, pending, None
+        for sid, pending, error in failed:
+            if pending.run_id not in self._failed_logged:
+                self._failed_logged.add(pending.run_id)
+                log.error(
+                    "run %s of schedule %s (due %s, task %s) can never be enqueued: %s",
+                    pending.run_id,
+                    sid,
+                    time_to_json(pending.due),
+                    pending.task,
+                    error,
+                    extra={"schedule": sid, "run_id": pending.run_id, "due": pending.due},
+                )
+            yield sid, pending, error
+
+    def _publish(self, sid: str, pending: PendingRun, producer: Any) -> None:
+        task = self.app.tasks.get(pending.task)
+        if task is None:
+            raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
+        message = self.message(sid, pending, durable=bool(getattr(task, "__durable__", False)))
+        task.apply_async(
+            message.args,
+            message.kwargs,
+            task_id=pending.run_id,
+            producer=producer,
+            headers=message.headers,
+            retry=False,
+            **message.options,
+        )
+
+    @staticmethod
+    def message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
+        """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
+        options = dict(pending.options)
+        headers = dict(options.get("headers") or {})
+        headers.update(
+            durable_schedule=sid,
+            durable_due=format_due(pending.due),
+            durable_run_id=pending.run_id,
+        )
+        send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
+        if durable:
+            from celery_durable import tasks
+
+            run = tasks.ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
+            args, kwargs, extra = tasks.scheduled_message(run)
+            headers.update(extra)
+            return Message(list(args), dict(kwargs), send_options, headers)
+        if "args" in options or "kwargs" in options:
+            args = list(options.get("args") or [])
+        else:
+            args = [] if pending.input is None else [pending.input]
+        return Message(args, dict(options.get("kwargs") or {}), send_options, headers)
+
+    # Deploy safety --------------------------------------------------------------------------------
+
+    def _task_missing(self, state: ScheduleState, now: datetime) -> bool:
+        """D4: when the schedule's task is gone, log at each due time and decide nothing."""
+        content = state.content
+        if content is None or not state.active or content.task in self.app.tasks:
+            return False
+        first = state.next_due()
+        if first is not None and first <= now and state.cursor is not None:
+            latest = recent_due_times(content.rule, state.cursor, now, state.anchor, 1).run
+            self._log_missing(state.schedule_id, content.task, latest[-1] if latest else first, now, None)
+        elif first is not None and first <= now:
+            self._log_missing(state.schedule_id, content.task, first, now, None)
+        return True
+
+    def _log_missing(
+        self, sid: str, task: str, due: datetime, now: datetime, exc: Exception | None
+    ) -> None:
+        if self._missing_logged.get(sid) == due:
+            return
+        self._missing_logged[sid] = due
+        log.error(
+            "schedule %s: task %s is not registered; nothing is decided for due time %s",
+            sid,
+            task,
+            time_to_json(due),
+            extra={"schedule": sid, "task": task, "due": due},
+        )
+
+    # Bookkeeping --------------------------------------------------------------------------------
+
+    def _states_of(self, sids: Sequence[str]) -> dict[str, ScheduleState]:
+        missing = [s for s in sids if s not in self._states]
+        if missing:
+            self._states.update(self.index.load(missing))
+            for sid in missing:
+                self._states.setdefault(sid, ScheduleState(schedule_id=sid))
+        return {sid: self._states[sid] for sid in sids}
+
+    def _reload(self, sid: str) -> None:
+        state = self._states.get(sid) or ScheduleState(schedule_id=sid)
+        tail = self.durable.journal.read_stream(schedule_stream(sid), after_version=state.version)
+        self._states[sid] = fold_all(state, [from_stored(e) for e in tail])
+
+    def _attention_now(self, sid: str, now: datetime) -> datetime | None:
+        state = self._states[sid]
+        waits = [self._retry_at[p.run_id] for p in state.pending if p.run_id in self._retry_at]
+        unsent = [p.due for p in state.pending if p.run_id not in self._retry_at]
+        if unsent:
+            return min(unsent)
+        if state.content is not None and state.active and state.content.task not in self.app.tasks:
+            nxt = content_rule_next(state, now)
+            # D4: look again at the next due time (to log it), and soon in case the task returns.
+            later = now + timedelta(seconds=self.poll_interval)
+            return min(nxt, later) if nxt is not None and nxt > now else later
+        candidates = [*waits, *( [state.next_due()] if state.next_due() else [])]
+        return min(candidates) if candidates else None
+
+    def _watch(self, sid: str, when: datetime | None) -> None:
+        if when is None:
+            self._attention.pop(sid, None)
+            return
+        if self._attention.get(sid) != when:
+            self._attention[sid] = when
+            heapq.heappush(self._heap, (when, sid))
+
+    def _pop_due(self, now: datetime) -> list[str]:
+        due: list[str] = []
+        seen: set[str] = set()
+        while self._heap and self._heap[0][0] <= now:
+            when, sid = heapq.heappop(self._heap)
+            if self._attention.get(sid) == when and sid not in seen:
+                seen.add(sid)
+                due.append(sid)
+        return due
+
+    def _sleep_after(self, now: datetime) -> float:
+        while self._heap and self._attention.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        wait = self.poll_interval
+        if self._heap:
+            wait = min(wait, (self._heap[0][0] - now).total_seconds())
+        return max(wait, 0.0)
+
+    # Reads for tools and tests ------------------------------------------------------------------
+
+    @property
+    def next_attention(self) -> datetime | None:
+        """The earliest moment a schedule needs the dispatcher."""
+        return min(self._attention.values(), default=None)
+
+    def close(self) -> None:
+        """Give up the lease so a standby takes over at once; calling it twice is harmless."""
+        try:
+            self.lease.release()
+        except Exception:  # closing must not fail on a journal that is away
+            log.warning("could not release the dispatcher lease", exc_info=True)
+
+
+def content_rule_next(state: ScheduleState, now: datetime) -> datetime | None:
+    """The rule's first due time after ``now`` (what D4 logs next)."""
+    assert state.content is not None
+    return state.content.rule.next_after(now, anchor=state.anchor)
+
+
+def _log_decided(sid: str, event: RunDecided) -> None:
+    lag = (event.at - event.due).total_seconds()
+    log.info(
+        "decided run %s of schedule %s (due %s, lag %.3fs)",
+        event.run_id,
+        sid,
+        time_to_json(event.due),
+        lag,
+        extra={"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag},
+    )

@@ -1,0 +1,231 @@
+"""The schedule index: one row per schedule, kept by a projection of schedule events (D2).
+
+Each row holds the folded :class:`~celery_durable.schedule.ScheduleState` (JSON, format
+``STATE_FORMAT``), the stream version it has folded, and the moment the schedule next needs
+the dispatcher (``next_due``: its earliest unsent run, else its rule's next due time). The
+projection's read position lives in ``celery_durable_progress`` and is written in the same
+transaction as the rows, so a crash can never separate them. Folding is idempotent: an event
+whose version a row already has is skipped, so re-reading after a crash is harmless.
+
+Start-up reads the rows' ``(schedule_id, next_due)`` and only the events stored after the
+position — never the whole history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from celery_durable.codec import dumps
+from celery_durable.errors import JournalError
+from celery_durable.events import from_stored
+from celery_durable.journal import SqlJournal, StoredEvent
+from celery_durable.journal.schema import progress, schedule_index
+from celery_durable.schedule import STATE_FORMAT, ScheduleState, fold
+
+log = logging.getLogger("celery_durable.index")
+
+PROJECTION = "schedule_index"
+"""The row name of this projection in ``celery_durable_progress``."""
+
+READ_BATCH = 5000
+
+
+class UnreadableEntry(JournalError):
+    """An index row this version cannot read (written by a newer version, or damaged)."""
+
+
+def attention_of(state: ScheduleState) -> datetime | None:
+    """When the dispatcher must next look at a schedule: its oldest unsent run, else its next due."""
+    if state.pending:
+        return min(p.due for p in state.pending)
+    return state.next_due()
+
+
+def stream_schedule_id(stream: str) -> str:
+    """The schedule ID of a ``schedule/<id>`` stream."""
+    return stream.split("/", 1)[1]
+
+
+def fold_stored(
+    states: dict[str, ScheduleState], stored: Iterable[StoredEvent]
+) -> set[str]:
+    """Fold journal events into ``states`` (in place), skipping versions already folded.
+
+    Returns the IDs of every schedule the events belong to, also of those whose state had
+    folded them already (the dispatcher folds its own appends at once): their rows are due.
+    """
+    changed: set[str] = set()
+    for event in stored:
+        sid = stream_schedule_id(event.stream)
+        changed.add(sid)
+        state = states.get(sid) or ScheduleState(schedule_id=sid)
+        if event.version <= state.version:
+            continue
+        if event.version != state.version + 1:
+            raise JournalError(
+                f"schedule {sid!r}: event version {event.version} follows {state.version}",
+                schedule_id=sid,
+            )
+        states[sid] = fold(state, from_stored(event))
+    return changed
+
+
+class ScheduleIndex:
+    """Reads and writes the index rows and the projection position."""
+
+    def __init__(self, journal: SqlJournal) -> None:
+        self.journal = journal
+
+    # Reads ------------------------------------------------------------------------------------
+
+    def position(self, conn: Connection | None = None) -> int:
+        """The last event position folded into the rows (0 when none)."""
+        query = select(progress.c.position).where(progress.c.name == PROJECTION)
+        if conn is not None:
+            return int(conn.execute(query).scalar() or 0)
+        with self.journal.engine.connect() as c:
+            return int(c.execute(query).scalar() or 0)
+
+    def attention(self) -> dict[str, datetime | None]:
+        """Every schedule's ``next_due`` column: cheap, no JSON is parsed."""
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            rows = conn.execute(select(schedule_index.c.schedule_id, schedule_index.c.next_due))
+            return dict(rows.all())
+
+    def count(self) -> int:
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(schedule_index)).scalar() or 0)
+
+    def load(self, schedule_ids: Sequence[str] | None = None) -> dict[str, ScheduleState]:
+        """States from the rows (all when ``schedule_ids`` is None); ``UnreadableEntry`` if one fails."""
+        self.journal.ensure_ready()
+        query = select(schedule_index.c.schedule_id, schedule_index.c.state)
+        found: dict[str, ScheduleState] = {}
+        with self.journal.engine.connect() as conn:
+            if schedule_ids is None:
+                rows = conn.execute(query).all()
+            else:
+                rows = []
+                ids = list(schedule_ids)
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start : start + 500]
+                    rows.extend(
+                        conn.execute(query.where(schedule_index.c.schedule_id.in_(chunk)))
+                    )
+        for sid, text in rows:
+            found[sid] = read_entry(sid, text)
+        return found
+
+    def events_after(self, position: int) -> list[StoredEvent]:
+        """Every schedule event stored after ``position``, oldest first."""
+        out: list[StoredEvent] = []
+        while True:
+            batch = self.journal.read_all(position, category="schedule", limit=READ_BATCH)
+            out.extend(batch)
+            if len(batch) < READ_BATCH:
+                return out
+            position = batch[-1].position
+
+    # Writes -----------------------------------------------------------------------------------
+
+    def save(self, states: Iterable[ScheduleState], position: int, now: datetime) -> None:
+        """Write rows and the read position in one transaction; rows never go back in version."""
+        rows = [entry_row(s, now) for s in states]
+        with self.journal.transaction() as conn:
+            if rows:
+                upsert(conn, rows)
+            _set_position(conn, position)
+
+    def rebuild(self, now: datetime) -> dict[str, ScheduleState]:
+        """Drop every row and fold the whole schedule history again (logged)."""
+        log.warning("rebuilding the schedule index from the journal's events")
+        states: dict[str, ScheduleState] = {}
+        events = self.events_after(0)
+        fold_stored(states, events)
+        position = events[-1].position if events else 0
+        rows = [entry_row(s, now) for s in states.values()]
+        with self.journal.transaction() as conn:
+            conn.execute(delete(schedule_index))
+            for start in range(0, len(rows), 1000):
+                conn.execute(insert(schedule_index), rows[start : start + 1000])
+            conn.execute(delete(progress).where(progress.c.name == PROJECTION))
+            conn.execute(insert(progress).values(name=PROJECTION, position=position))
+        log.warning("schedule index rebuilt: %d schedules, position %d", len(states), position)
+        return states
+
+    def needs_rebuild(self) -> bool:
+        """True when the rows cannot match the position (e.g. the table was dropped and recreated)."""
+        return self.position() > 0 and self.count() == 0
+
+
+def read_entry(schedule_id: str, text: str) -> ScheduleState:
+    """Parse one index row; ``UnreadableEntry`` names the schedule when it cannot."""
+    try:
+        return ScheduleState.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, JournalError) as exc:
+        raise UnreadableEntry(
+            f"index entry of schedule {schedule_id!r} is unreadable: {exc}", schedule_id=schedule_id
+        ) from exc
+
+
+def entry_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
+    """The index row of a state."""
+    return {
+        "schedule_id": state.schedule_id,
+        "version": state.version,
+        "format": STATE_FORMAT,
+        "next_due": attention_of(state),
+        "state": dumps(state.to_json()),
+        "updated_at": now,
+    }
+
+
+def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert or update rows, keeping the one with the higher version."""
+    table = schedule_index
+    dialect = conn.dialect.name
+    insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
+    if insert_for is None:  # pragma: no cover - the journal refuses other dialects
+        raise JournalError(f"unsupported dialect {dialect}")
+    stmt = insert_for(table)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[table.c.schedule_id],
+        set_={c: stmt.excluded[c] for c in ("version", "format", "next_due", "state", "updated_at")},
+        where=table.c.version <= stmt.excluded.version,
+    )
+    for start in range(0, len(rows), 1000):
+        conn.execute(stmt, list(rows[start : start + 1000]))
+
+
+def _set_position(conn: Connection, position: int) -> None:
+    done = conn.execute(
+        update(progress)
+        .where(progress.c.name == PROJECTION, progress.c.position <= position)
+        .values(position=position)
+    ).rowcount
+    if not done:
+        exists = conn.execute(select(progress.c.position).where(progress.c.name == PROJECTION)).first()
+        if exists is None:
+            conn.execute(insert(progress).values(name=PROJECTION, position=position))
+
+
+__all__ = [
+    "PROJECTION",
+    "ScheduleIndex",
+    "UnreadableEntry",
+    "attention_of",
+    "entry_row",
+    "fold_stored",
+    "read_entry",
+    "upsert",
+]

@@ -1,0 +1,80 @@
+"""A named lease in the journal's database: which dispatcher does the work (D6).
+
+Several beat processes may run against one journal. Correctness never depends on the lease —
+the journal's ``(stream, version)`` constraint decides every due time once (A8) — but without
+it each beat would enqueue every decided run. The holder renews the lease on every tick; when
+it dies, another takes over once the lease expires. Times come from each process's clock, so
+hosts need synchronised clocks (NTP); the default 10 s lease tolerates small skews.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, insert, update
+from sqlalchemy.exc import IntegrityError
+
+from celery_durable.journal import SqlJournal
+from celery_durable.journal.schema import leases
+
+log = logging.getLogger("celery_durable.lease")
+
+
+def default_owner() -> str:
+    """A name unique to this process: host, PID and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """Acquire, renew and release one named lease."""
+
+    def __init__(self, journal: SqlJournal, name: str, owner: str, ttl: float) -> None:
+        self.journal = journal
+        self.name = name
+        self.owner = owner
+        self.ttl = timedelta(seconds=ttl)
+        self.held = False
+
+    def hold(self, now: datetime) -> bool:
+        """Take or renew the lease at ``now``; ``True`` while this owner holds it."""
+        expires = now + self.ttl
+        table = leases
+        with self.journal.transaction() as conn:
+            taken = conn.execute(
+                update(table)
+                .where(
+                    table.c.name == self.name,
+                    (table.c.owner == self.owner) | (table.c.expires_at < now),
+                )
+                .values(owner=self.owner, expires_at=expires)
+            ).rowcount
+        if not taken:
+            try:
+                with self.journal.transaction() as conn:
+                    conn.execute(
+                        insert(table).values(name=self.name, owner=self.owner, expires_at=expires)
+                    )
+                taken = 1
+            except IntegrityError:
+                taken = 0
+        was = self.held
+        self.held = bool(taken)
+        if self.held and not was:
+            log.info("dispatcher lease %r taken by %s", self.name, self.owner)
+        elif was and not self.held:
+            log.warning("dispatcher lease %r lost by %s", self.name, self.owner)
+        return self.held
+
+    def release(self) -> None:
+        """Give the lease up so another process takes over at once."""
+        if not self.held:
+            return
+        self.held = False
+        with self.journal.transaction() as conn:
+            conn.execute(
+                delete(leases).where(leases.c.name == self.name, leases.c.owner == self.owner)
+            )

@@ -1,0 +1,162 @@
+"""Shared fixtures for the celery_durable test-suite.
+
+Servers (see ``docs/testing.md``), configured by environment variables:
+
+* ``CELERY_DURABLE_TEST_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
+* ``CELERY_DURABLE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``; the db is flushed!)
+* ``CELERY_DURABLE_TEST_AMQP_URL`` (default ``amqp://guest:guest@127.0.0.1:5672//``)
+
+A server is started lazily, the first time a test needs it. If the configured one does not
+answer, a throwaway server is started from a pip-installed wheel (``tests/support/services.py``)
+and stopped at the end of the session (no such wheel exists for RabbitMQ) -- except when
+``CI=true``: CI must provide the real services, so their absence is an error there. A test
+needing a server that can't be had ERRORS (with a message saying why); it is never skipped.
+
+Fixtures:
+
+* ``pg_url`` -- SQLAlchemy URL of a fresh, empty PostgreSQL schema (dropped afterwards); every
+  connection made with the URL, in any process, has ``search_path`` set to it.
+* ``sqlite_url`` -- ``sqlite:///<tmp_path>/journal.db`` (a file; not created yet).
+* ``journal_url`` -- parametrised: ``sqlite_url`` (id ``sqlite``) and ``pg_url`` (``postgres``).
+* ``redis_url`` -- Redis URL whose database was flushed at the start of the test.
+* ``amqp_url`` -- RabbitMQ URL (checked to answer; no isolation, no fallback).
+* ``postgres_server_url`` / ``redis_server_url`` / ``amqp_server_url`` -- session-scoped URLs of
+  the servers themselves (database ``test``, no schema isolation; prefer the fixtures above).
+
+Hypothesis profiles: ``ci`` (default) and ``long`` (10,000 examples); pick one with the
+environment variable ``HYPOTHESIS_PROFILE``.
+
+Subprocess helpers for end-to-end tests live in ``tests/support/processes.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+# Make ``tests.support`` importable however pytest was started (``pytest`` vs
+# ``python -m pytest``, from any directory).
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from tests.support import services  # noqa: E402
+
+PG_URL = os.environ.get(
+    "CELERY_DURABLE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("CELERY_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("CELERY_DURABLE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+#: In CI the services must be up (``.ci/run`` starts them): no throwaway fallback there.
+IN_CI = services.truthy_env("CI")
+
+# ----------------------------------------------------------------------------- hypothesis
+
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.register_profile("long", max_examples=10_000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# ----------------------------------------------------------------------------- servers
+
+#: Servers used in this session, reported in the terminal summary.
+_USED_SERVICES: list[services.ServiceHandle] = []
+
+
+def _provide(
+    ensure: Callable[[], services.ServiceHandle],
+) -> Iterator[str]:
+    """Run ``ensure``; turn a :class:`services.ServiceError` into a test error (not a skip);
+    yield the URL and stop a throwaway server at the end."""
+    error: str | None = None
+    try:
+        handle = ensure()
+    except services.ServiceError as exc:
+        error = str(exc)
+    if error is not None:  # raised outside the except block: no chained traceback noise
+        pytest.fail(error, pytrace=False)
+    _USED_SERVICES.append(handle)
+    try:
+        yield handle.url
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """SQLAlchemy URL of the PostgreSQL database used by the tests (configured or throwaway)."""
+    yield from _provide(lambda: services.ensure_postgres(PG_URL, allow_throwaway=not IN_CI))
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """URL of the Redis server and test database (configured or throwaway). Not flushed."""
+    yield from _provide(lambda: services.ensure_redis(REDIS_URL, allow_throwaway=not IN_CI))
+
+
+@pytest.fixture(scope="session")
+def amqp_server_url() -> Iterator[str]:
+    """URL of the RabbitMQ server (configured only: no pip-installable RabbitMQ exists)."""
+    yield from _provide(lambda: services.ensure_amqp(AMQP_URL))
+
+
+# ----------------------------------------------------------------------------- per test
+
+
+@pytest.fixture
+def pg_url(postgres_server_url: str) -> Iterator[str]:
+    """``postgresql+psycopg://...?options=-csearch_path%3Dcdt_<random>``: a fresh schema for this
+    test only, dropped (CASCADE) afterwards. Tables created through the URL land in it, also
+    from subprocesses given the URL."""
+    with services.isolated_schema(postgres_server_url) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """``sqlite:///<tmp_path>/journal.db`` -- a file database (shareable with subprocesses)."""
+    return f"sqlite:///{tmp_path / 'journal.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest) -> str:
+    """The test runs twice: with ``sqlite_url`` (id ``sqlite``) and ``pg_url`` (``postgres``)."""
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url"}[request.param]
+    return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> str:
+    """Redis URL (test database, default ``/0``), flushed (FLUSHDB) before the test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return redis_server_url
+
+
+@pytest.fixture
+def amqp_url(amqp_server_url: str) -> str:
+    """RabbitMQ URL (shared vhost; use unique queue names per test)."""
+    return amqp_server_url
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _USED_SERVICES:
+        return
+    terminalreporter.section("celery_durable test services")
+    for handle in _USED_SERVICES:
+        terminalreporter.write_line(
+            f"{handle.name}: {services.redact_url(handle.url)} [{handle.origin}]"
+        )

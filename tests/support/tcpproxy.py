@@ -1,0 +1,94 @@
+"""A TCP forwarder on localhost that a test can cut and restore: a real network outage."""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+
+
+class TcpProxy:
+    """Forward ``127.0.0.1:<port>`` to ``target``; ``cut()`` drops every connection and refuses new ones."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def restore(self) -> None:
+        """Start accepting and forwarding connections."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def cut(self) -> None:
+        """Close the listener and every forwarded connection."""
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self._sockets.clear()
+
+    def _serve(self) -> None:
+        sel = selectors.DefaultSelector()
+        assert self._listener is not None
+        listener = self._listener
+        listener.setblocking(False)
+        sel.register(listener, selectors.EVENT_READ, None)
+        pairs: dict[socket.socket, socket.socket] = {}
+        while not self._stop.is_set():
+            for key, _ in sel.select(timeout=0.05):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is listener:
+                    try:
+                        client, _ = listener.accept()
+                        upstream = socket.create_connection(self.target, timeout=5)
+                    except OSError:
+                        continue
+                    for s in (client, upstream):
+                        s.setblocking(False)
+                        sel.register(s, selectors.EVENT_READ, None)
+                    pairs[client], pairs[upstream] = upstream, client
+                    with self._lock:
+                        self._sockets.update((client, upstream))
+                    continue
+                other = pairs.get(sock)
+                try:
+                    data = sock.recv(65536)
+                    if not data or other is None:
+                        raise OSError("closed")
+                    other.setblocking(True)
+                    other.sendall(data)
+                    other.setblocking(False)
+                except OSError:
+                    for s in (sock, other):
+                        if s is not None:
+                            with contextlib.suppress(Exception):
+                                sel.unregister(s)
+                            with contextlib.suppress(OSError):
+                                s.close()
+                            pairs.pop(s, None)
+        sel.close()
+        for s in list(pairs):
+            with contextlib.suppress(OSError):
+                s.close()

@@ -1,0 +1,374 @@
+"""The dispatcher core with a fake clock on real journals and a real Redis broker (SPEC §4, §5)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from urllib.parse import urlsplit
+import redis
+from celery import Celery
+
+from celery_durable import CatchUp, Daily, Durable, Every, Once, Weekly
+from celery_durable.schedule import DecideDue
+from tests.support.tcpproxy import TcpProxy
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)  # Monday
+
+
+class FakeClock:
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def set(self, moment: datetime) -> None:
+        self.now = moment
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+
+class Broker:
+    """Reads what the dispatcher put on the Redis queue."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url)
+
+    def take(self, queue: str = "celery") -> list[dict]:
+        """Pop every message of a queue, oldest first (also from kombu's priority sub-lists)."""
+        names = [queue.encode()] + sorted(
+            k for k in self.client.keys(queue + "\x06\x16*") if self.client.type(k) == b"list"
+        )
+        messages = []
+        for name in names:
+            while (raw := self.client.rpop(name)) is not None:
+                messages.append(json.loads(raw))
+        return messages
+
+    def ids(self, queue: str = "celery") -> list[str]:
+        return [m["headers"]["id"] for m in self.take(queue)]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def app(redis_url: str) -> Celery:
+    app = Celery("dispatch_tests", broker=redis_url, set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+
+    @app.task(name="backup", shared=False)
+    def backup(folder: str) -> str:  # pragma: no cover - the tests read the queue
+        return folder
+
+    @app.task(name="invoice", shared=False)
+    def invoice(customer: str, amount: int = 0) -> str:  # pragma: no cover
+        return customer
+
+    return app
+
+
+@pytest.fixture
+def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    d = Durable(app, journal_url, clock=clock)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Broker:
+    return Broker(redis_url)
+
+
+def test_every_schedule_enqueues_consecutive_run_ids(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("ping", "backup", "/srv", Every(timedelta(seconds=1)))
+    dispatcher = durable.dispatcher()
+    assert dispatcher.tick() <= 1.0
+    ids = []
+    for _ in range(3):
+        clock.advance(seconds=1)
+        dispatcher.tick()
+        ids += broker.ids()
+    assert ids == [
+        "ping@2026-11-02T12:00:01.0000000Z",
+        "ping@2026-11-02T12:00:02.0000000Z",
+        "ping@2026-11-02T12:00:03.0000000Z",
+    ]
+    runs = durable.schedules.runs("ping")
+    assert [r.run_id for r in runs] == list(reversed(ids))
+    assert {r.state for r in runs} == {"started"}
+
+
+def test_plain_task_message_is_what_stock_beat_sends(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create(
+        "inv", "invoice", None, Every(timedelta(seconds=5)), args=["Ada"], kwargs={"amount": 3},
+        queue="billing", priority=4,
+    )
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    clock.advance(seconds=5)
+    dispatcher.tick()
+    [message] = broker.take("billing")
+    headers = message["headers"]
+    assert headers["task"] == "invoice"
+    assert headers["id"] == "inv@2026-11-02T12:00:05.0000000Z"
+    assert headers["durable_schedule"] == "inv"
+    assert headers["durable_due"] == "2026-11-02T12:00:05.0000000Z"
+    import base64
+
+    body = json.loads(base64.b64decode(message["body"]))
+    assert body[0] == ["Ada"] and body[1] == {"amount": 3}
+    assert message["properties"]["priority"] == 4
+
+
+def test_input_is_the_single_argument_without_args_option(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("b", "backup", "/srv", Every(timedelta(seconds=5)))
+    d = durable.dispatcher()
+    d.tick()
+    clock.advance(seconds=5)
+    d.tick()
+    import base64
+
+    [message] = broker.take()
+    assert json.loads(base64.b64decode(message["body"]))[0] == ["/srv"]
+
+
+def test_c1_latest_three_nights_off_one_backup(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    clock.set(datetime(2026, 11, 5, 9, tzinfo=UTC))
+    durable.dispatcher().tick()
+    assert broker.ids() == ["nightly@2026-11-05T01:00:00.0000000Z"]
+
+
+def test_c2_all_two_mondays_off_two_invoices_oldest_first(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("inv", "invoice", "Ada", Weekly(["mon"], "08:00", "Europe/Oslo"), CatchUp.ALL)
+    clock.set(datetime(2026, 11, 17, 12, tzinfo=UTC))
+    durable.dispatcher().tick()
+    assert broker.ids() == ["inv@2026-11-09T07:00:00.0000000Z", "inv@2026-11-16T07:00:00.0000000Z"]
+
+
+def test_c2_all_keeps_the_1000_most_recent(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("fast", "backup", "/srv", Every(timedelta(seconds=1)), CatchUp.ALL)
+    clock.advance(seconds=1234)
+    durable.dispatcher().tick()
+    ids = broker.ids()
+    assert len(ids) == 1000
+    assert ids[0] == "fast@2026-11-02T12:03:55.0000000Z"
+    assert ids[-1] == "fast@2026-11-02T12:20:34.0000000Z"
+
+
+def test_c3_none_only_on_time(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("n", "backup", "/srv", Every(timedelta(seconds=45)), CatchUp.NONE)
+    clock.advance(seconds=600)
+    durable.dispatcher().tick()
+    # 585 s (15 s late) is on time; 540 s (60 s late) too; 495 s is missed.
+    assert broker.ids() == ["n@2026-11-02T12:09:00.0000000Z", "n@2026-11-02T12:09:45.0000000Z"]
+
+
+def test_a2_change_drops_due_times_before_it(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("c", "backup", "a", Every(timedelta(seconds=10)), CatchUp.ALL)
+    clock.advance(seconds=35)
+    durable.schedules.change("c", "backup", "b", Every(timedelta(seconds=10)), CatchUp.ALL)
+    d = durable.dispatcher()
+    d.tick()
+    assert broker.ids() == []
+    clock.advance(seconds=10)
+    d.tick()
+    assert broker.ids() == ["c@2026-11-02T12:00:45.0000000Z"]
+
+
+def test_a3_pause_and_resume(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("p", "backup", "/srv", Every(timedelta(seconds=10)), CatchUp.ALL)
+    d = durable.dispatcher()
+    durable.schedules.pause("p")
+    clock.advance(seconds=50)
+    d.tick()
+    assert broker.ids() == []
+    durable.schedules.resume("p")
+    d.tick()
+    assert broker.ids() == []
+    clock.advance(seconds=10)
+    d.tick()
+    assert broker.ids() == ["p@2026-11-02T12:01:00.0000000Z"]
+
+
+def test_a4_deleted_runs_nothing_more(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("d", "backup", "/srv", Every(timedelta(seconds=10)))
+    d = durable.dispatcher()
+    clock.advance(seconds=10)
+    d.tick()
+    assert len(broker.ids()) == 1
+    durable.schedules.delete("d")
+    clock.advance(seconds=60)
+    d.tick()
+    assert broker.ids() == []
+
+
+def test_r5_once_in_the_past_runs_at_next_tick(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("o", "backup", "/srv", Once(T0 - timedelta(days=2)), CatchUp.NONE)
+    d = durable.dispatcher()
+    d.tick()
+    assert broker.ids() == ["o@2026-10-31T12:00:00.0000000Z"]
+    clock.advance(days=1)
+    d.tick()
+    assert broker.ids() == []
+
+
+def test_r6_max_runs_and_end_at(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("m", "backup", "/srv", Every(timedelta(seconds=2), max_runs=3))
+    durable.schedules.create("e", "backup", "/srv", Every(timedelta(seconds=2), end_at=T0 + timedelta(seconds=5)))
+    d = durable.dispatcher()
+    seen = []
+    for _ in range(6):
+        clock.advance(seconds=2)
+        d.tick()
+        seen += broker.ids()
+    assert sorted(seen) == sorted(
+        [f"m@2026-11-02T12:00:0{s}.0000000Z" for s in (2, 4, 6)]
+        + [f"e@2026-11-02T12:00:0{s}.0000000Z" for s in (2, 4)]
+    )
+    view = durable.schedules.state("m")
+    assert view is not None and view.next_due is None
+
+
+def test_a6_decided_but_not_started_is_enqueued_after_restart(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
+    durable.schedules.create("a6", "backup", "/srv", Every(timedelta(seconds=10)))
+    clock.advance(seconds=10)
+    # A dispatcher that crashed after storing the decision: decide and append, send nothing.
+    state = durable._store.load("a6")
+    durable._store.execute("a6", lambda now: DecideDue(now=now))
+    assert broker.ids() == []
+    assert state.version == 1
+    assert [r.state for r in durable.schedules.runs("a6")] == ["decided"]
+    durable.dispatcher().tick()
+    assert broker.ids() == ["a6@2026-11-02T12:00:10.0000000Z"]
+    assert [r.state for r in durable.schedules.runs("a6")] == ["started"]
+
+
+def test_d3_sleep_until_earliest_due_capped_by_poll(durable: Durable, clock: FakeClock) -> None:
+    durable.schedules.create("slow", "backup", "/srv", Every(timedelta(minutes=10)))
+    d = durable.dispatcher(poll_interval=30)
+    assert d.tick() == 30
+    clock.set(T0 + timedelta(minutes=9, seconds=50))
+    assert d.tick() == pytest.approx(10)
+
+
+def test_d3_sees_a_schedule_created_by_another_process_at_the_next_tick(
+    durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker
+) -> None:
+    d = durable.dispatcher()
+    d.tick()
+    other = Durable(app, journal_url, clock=clock)
+    other.schedules.create("late", "backup", "/srv", Once(T0))
+    d.tick()
+    assert broker.ids() == ["late@2026-11-02T12:00:00.0000000Z"]
+    other.close()
+
+
+def test_d4_unregistered_task_logs_at_each_due_time_and_catches_up(
+    durable: Durable, app: Celery, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable.schedules.create("gone", "backup", "/srv", Every(timedelta(seconds=10)), CatchUp.ALL)
+    task = app.tasks.pop("backup")
+    d = durable.dispatcher()
+    with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
+        for _ in range(3):
+            clock.advance(seconds=10)
+            d.tick()
+            d.tick()
+    errors = [r for r in caplog.records if "not registered" in r.getMessage()]
+    assert len(errors) == 3
+    assert all("gone" in r.getMessage() and "backup" in r.getMessage() for r in errors)
+    assert broker.ids() == []
+    assert durable.schedules.runs("gone") == []
+    app.tasks["backup"] = task
+    clock.advance(seconds=1)
+    d.tick()
+    assert len(broker.ids()) == 3  # CatchUp.ALL: the three due times missed while it was gone
+
+
+def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
+    durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # invoice(customer, amount=0): three positional arguments can never fit.
+    durable.schedules.create("bad", "invoice", None, Every(timedelta(seconds=10)), args=[1, 2, 3])
+    d = durable.dispatcher()
+    with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
+        clock.advance(seconds=10)
+        d.tick()
+        d.tick()
+    assert broker.ids() == []
+    [run] = durable.schedules.runs("bad")
+    assert run.state == "failed_to_start" and "TypeError" in (run.error or "")
+    assert len([r for r in caplog.records if "can never be enqueued" in r.getMessage()]) == 1
+    view = durable.schedules.state("bad")
+    assert view is not None and view.next_due == T0 + timedelta(seconds=20)
+
+
+def test_broker_down_keeps_the_run_and_retries(
+    journal_url: str, clock: FakeClock, broker: Broker, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    parts = urlsplit(redis_url)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    proxy.restore()
+    app = Celery("outage", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False)
+    app.conf.broker_connection_timeout = 1
+
+    @app.task(name="backup", shared=False)
+    def backup(folder: str) -> str:  # pragma: no cover - the test reads the queue
+        return folder
+
+    durable = Durable(app, journal_url, clock=clock)
+    try:
+        durable.schedules.create("r", "backup", "/srv", Every(timedelta(seconds=10)))
+        durable.schedules.create("ok", "backup", "/srv", Every(timedelta(seconds=10)))
+        d = durable.dispatcher()
+        d.tick()
+        proxy.cut()
+        with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
+            for _ in range(3):
+                clock.advance(seconds=10)
+                assert d.tick() <= 5
+        assert {r.state for r in durable.schedules.runs("r")} == {"decided"}
+        assert len(durable.schedules.runs("r")) == 3
+        # Logged once per outage, not once per tick.
+        assert len([r for r in caplog.records if "cannot enqueue" in r.getMessage()]) == 1
+        proxy.restore()
+        clock.advance(seconds=2)
+        d.tick()
+        assert broker.ids() == []  # retried after min(check interval, 5 s), not before
+        clock.advance(seconds=3)
+        d.tick()
+        ids = sorted(broker.ids())
+        assert len(ids) == 6 and len(set(ids)) == 6
+        assert {r.state for r in durable.schedules.runs("r")} == {"started"}
+    finally:
+        durable.close()
+        proxy.cut()
+
+
+def test_two_dispatchers_one_leader(durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("x", "backup", "/srv", Every(timedelta(seconds=1)))
+    first = durable.dispatcher(owner="first")
+    second = Durable(app, journal_url, clock=clock).dispatcher(owner="second")
+    seen = []
+    for step in range(30):
+        clock.advance(seconds=1)
+        if step < 15:
+            first.tick()
+        second.tick()
+        seen += broker.ids()
+    # The first stops at step 15; the second takes over once the 10 s lease has expired.
+    assert len(seen) == len(set(seen))
+    assert seen[:15] == [f"x@{(T0 + timedelta(seconds=s)).strftime('%Y-%m-%dT%H:%M:%S')}.0000000Z" for s in range(1, 16)]
+    assert len(seen) >= 15 + 5
