@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
+import signal
 from contextlib import nullcontext
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,14 @@ from celery_durable.codec import time_to_json
 from celery_durable.errors import AppendConflict, DurableError
 from celery_durable.events import RunDecided, ScheduleEvent, to_new_event
 from celery_durable.ids import format_due, schedule_stream
-from celery_durable.index import ScheduleIndex, UnreadableEntry, attention_of, fold_stored
+from celery_durable.index import (
+    ScheduleIndex,
+    UnreadableEntry,
+    attention_of,
+    entry_row,
+    fold_stored,
+    upsert,
+)
 from celery_durable.journal import Append
 from celery_durable.lease import Lease, default_owner
 from celery_durable.schedule import (
@@ -53,7 +62,15 @@ log = logging.getLogger("celery_durable.dispatcher")
 CHUNK = 1000
 """Schedules decided, sent and recorded per round: bounds transaction size and latency."""
 
-MESSAGE_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "time_limit", "soft_time_limit")
+MESSAGE_OPTIONS = (
+    "queue",
+    "routing_key",
+    "exchange",
+    "priority",
+    "expires",
+    "time_limit",
+    "soft_time_limit",
+)
 
 #: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
 PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError, EncodeError)
@@ -95,7 +112,10 @@ class Dispatcher:
         self.retry_delay = timedelta(seconds=min(config.check_interval, 5.0))
         self.poll_interval = min(poll_interval or config.poll_interval, config.check_interval)
         self.lease = Lease(
-            durable.journal, "dispatcher", owner or default_owner(), lease_ttl or config.leader_lease
+            durable.journal,
+            "dispatcher",
+            owner or default_owner(),
+            lease_ttl or config.leader_lease,
         )
         self.index = ScheduleIndex(durable.journal)
         self._loaded = False
@@ -166,7 +186,11 @@ class Dispatcher:
 
     def _process(self, sids: Sequence[str], now: datetime) -> None:
         states = self._states_of(sids)
-        self._append({sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)})
+        self._append(
+            {sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)},
+            now,
+        )
+        _crash_point("after-decide")
         sendable = [
             (sid, p)
             for sid in sids
@@ -181,7 +205,7 @@ class Dispatcher:
                 else MarkFailedToStart(due=pending.due, error=error, now=now)
             )
             starts.setdefault(sid, []).append(command)
-        self._append(starts)
+        self._append(starts, now)
         for sid in sids:
             self._watch(sid, self._attention_now(sid, now))
 
@@ -194,7 +218,7 @@ class Dispatcher:
             out.extend(events)
         return out
 
-    def _append(self, commands: dict[str, list[Command]]) -> None:
+    def _append(self, commands: dict[str, list[Command]], now: datetime) -> None:
         """Decide and append every schedule's commands in one transaction.
 
         On a version conflict (another process appended first, A8) the schedule is read again
@@ -211,8 +235,13 @@ class Dispatcher:
                 )
                 for sid, events in decisions.items()
             ]
+            journal = self.durable.journal
+            folded = {sid: fold_all(self._states[sid], events) for sid, events in decisions.items()}
             try:
-                self.durable.journal.append_many(appends)
+                # The index rows are written with the events: no extra commit, never stale.
+                with journal.transaction() as conn:
+                    journal.append_in(conn, appends)
+                    upsert(conn, [entry_row(state, now) for state in folded.values()])
             except AppendConflict as exc:
                 sid = str(getattr(exc, "stream", "")).split("/", 1)[-1]
                 if sid not in decisions:
@@ -225,7 +254,7 @@ class Dispatcher:
                     del decisions[sid]
                 continue
             for sid, events in decisions.items():
-                self._states[sid] = fold_all(self._states[sid], events)
+                self._states[sid] = folded[sid]
                 for event in events:
                     if isinstance(event, RunDecided):
                         _log_decided(sid, event)
@@ -337,7 +366,9 @@ class Dispatcher:
         first = state.next_due()
         if first is not None and first <= now and state.cursor is not None:
             latest = recent_due_times(content.rule, state.cursor, now, state.anchor, 1).run
-            self._log_missing(state.schedule_id, content.task, latest[-1] if latest else first, now, None)
+            self._log_missing(
+                state.schedule_id, content.task, latest[-1] if latest else first, now, None
+            )
         elif first is not None and first <= now:
             self._log_missing(state.schedule_id, content.task, first, now, None)
         return True
@@ -382,7 +413,7 @@ class Dispatcher:
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)
             return min(nxt, later) if nxt is not None and nxt > now else later
-        candidates = [*waits, *( [state.next_due()] if state.next_due() else [])]
+        candidates = [*waits, *([state.next_due()] if state.next_due() else [])]
         return min(candidates) if candidates else None
 
     def _watch(self, sid: str, when: datetime | None) -> None:
@@ -424,6 +455,16 @@ class Dispatcher:
             self.lease.release()
         except Exception:  # closing must not fail on a journal that is away
             log.warning("could not release the dispatcher lease", exc_info=True)
+
+
+def _crash_point(name: str) -> None:
+    """Die here, like ``kill -9``, when ``CELERY_DURABLE_TEST_CRASH`` names this point.
+
+    Only end-to-end tests set the variable: they prove that a crash between storing a decision
+    and enqueueing it loses nothing (A6).
+    """
+    if os.environ.get("CELERY_DURABLE_TEST_CRASH") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def content_rule_next(state: ScheduleState, now: datetime) -> datetime | None:

@@ -59,13 +59,12 @@ def fold_stored(
 ) -> set[str]:
     """Fold journal events into ``states`` (in place), skipping versions already folded.
 
-    Returns the IDs of every schedule the events belong to, also of those whose state had
-    folded them already (the dispatcher folds its own appends at once): their rows are due.
+    Returns the IDs of the schedules whose state changed. (The dispatcher folds its own
+    appends at once and writes their rows in the same transaction, so it skips them here.)
     """
     changed: set[str] = set()
     for event in stored:
         sid = stream_schedule_id(event.stream)
-        changed.add(sid)
         state = states.get(sid) or ScheduleState(schedule_id=sid)
         if event.version <= state.version:
             continue
@@ -75,6 +74,7 @@ def fold_stored(
                 schedule_id=sid,
             )
         states[sid] = fold(state, from_stored(event))
+        changed.add(sid)
     return changed
 
 
