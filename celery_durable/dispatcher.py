@@ -194,7 +194,7 @@ class Dispatcher:
         sendable = [
             (sid, p)
             for sid in sids
-            for p in self._states[sid].pending
+            for p in self._states[sid].sendable()
             if self._retry_at.get(p.run_id, now) <= now
         ]
         starts: dict[str, list[Command]] = {}
@@ -342,6 +342,8 @@ class Dispatcher:
             durable_due=format_due(pending.due),
             durable_run_id=pending.run_id,
         )
+        if pending.track_end:
+            headers["durable_track_end"] = True
         send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
         if durable:
             from celery_durable import tasks
@@ -404,8 +406,9 @@ class Dispatcher:
 
     def _attention_now(self, sid: str, now: datetime) -> datetime | None:
         state = self._states[sid]
-        waits = [self._retry_at[p.run_id] for p in state.pending if p.run_id in self._retry_at]
-        unsent = [p.due for p in state.pending if p.run_id not in self._retry_at]
+        sendable = state.sendable()
+        waits = [self._retry_at[p.run_id] for p in sendable if p.run_id in self._retry_at]
+        unsent = [p.due for p in sendable if p.run_id not in self._retry_at]
         if unsent:
             return min(unsent)
         if state.content is not None and state.active and state.content.task not in self.app.tasks:

@@ -98,6 +98,10 @@ class RunDecided:
     input: Any
     options: Mapping[str, Any] = field(default_factory=dict)
     reason: str = "rule"  # "rule", "backfill" or "trigger"
+    held: bool = False
+    """``Overlap.BUFFER_ONE``: wait until the running run has ended before enqueueing."""
+    track_end: bool = False
+    """The overlap policy needs to hear when this run ends (``Overlap`` other than ALLOW)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,8 +44,9 @@ class UnreadableEntry(JournalError):
 
 def attention_of(state: ScheduleState) -> datetime | None:
     """When the dispatcher must next look at a schedule: its oldest unsent run, else its next due."""
-    if state.pending:
-        return min(p.due for p in state.pending)
+    sendable = state.sendable()
+    if sendable:
+        return min(p.due for p in sendable)
     return state.next_due()
 
 

@@ -41,6 +41,7 @@ from celery_durable.events import (
     ScheduleResumed,
 )
 from celery_durable.ids import run_id
+from celery_durable.policies import Overlap
 from celery_durable.rules import Once
 
 FUTURE_TOLERANCE = timedelta(seconds=1)
@@ -60,6 +61,8 @@ class PendingRun:
     input: Any
     options: Mapping[str, Any] = field(default_factory=dict)
     reason: str = "rule"
+    held: bool = False
+    track_end: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,10 +82,25 @@ class ScheduleState:
     paused: bool = False
     deleted: bool = False
     pending: tuple[PendingRun, ...] = ()
+    running: tuple[datetime, ...] = ()
+    """Started runs whose end the overlap policy waits for (D7)."""
 
     @property
     def exists(self) -> bool:
         return self.content is not None
+
+    @property
+    def busy(self) -> bool:
+        """A run is still going: started and not ended, or decided and not yet sent (D7)."""
+        return bool(self.running or self.pending)
+
+    def sendable(self) -> tuple[PendingRun, ...]:
+        """Decided runs to enqueue now: a held run waits until nothing else is going."""
+        if any(p.held for p in self.pending) and (
+            self.running or any(not p.held for p in self.pending)
+        ):
+            return tuple(p for p in self.pending if not p.held)
+        return self.pending
 
     @property
     def active(self) -> bool:
@@ -144,9 +162,12 @@ class ScheduleState:
                     "input": p.input,
                     "options": dict(p.options),
                     "reason": p.reason,
+                    "held": p.held,
+                    "track_end": p.track_end,
                 }
                 for p in self.pending
             ],
+            "running": [time_to_json(t) for t in self.running],
         }
 
     @classmethod
@@ -176,9 +197,12 @@ class ScheduleState:
                     input=p["input"],
                     options=p.get("options") or {},
                     reason=p.get("reason", "rule"),
+                    held=p.get("held", False),
+                    track_end=p.get("track_end", False),
                 )
                 for p in data["pending"]
             ),
+            running=tuple(time_from_json(t) for t in data.get("running", ())),
         )
 
 
@@ -329,6 +353,8 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
             return []
         return [RunFailedToStart(at=command.now, due=command.due, error=command.error)]
     if isinstance(command, MarkEnded):
+        if command.due not in state.running:
+            return []
         return [RunEnded(at=command.now, due=command.due, outcome=command.outcome)]
     raise TypeError(f"not a schedule command: {command!r}")
 
@@ -345,7 +371,15 @@ def _pending(state: ScheduleState, due: datetime) -> PendingRun | None:
     return next((p for p in state.pending if p.due == due), None)
 
 
-def _decided(state: ScheduleState, content: Content, due: datetime, now: datetime, reason: str) -> RunDecided:
+def _decided(
+    state: ScheduleState,
+    content: Content,
+    due: datetime,
+    now: datetime,
+    reason: str,
+    *,
+    held: bool = False,
+) -> RunDecided:
     return RunDecided(
         at=now,
         due=due,
@@ -354,6 +388,8 @@ def _decided(state: ScheduleState, content: Content, due: datetime, now: datetim
         input=content.input,
         options=content.options,
         reason=reason,
+        held=held,
+        track_end=content.overlap is not Overlap.ALLOW,
     )
 
 
@@ -378,8 +414,20 @@ def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
         events.append(RunsMissed(at=now, through=selection.dropped_through, count=selection.dropped))
-    runs = selection.run if budget is None else selection.run[:budget]
-    events.extend(_decided(state, content, due, now, "rule") for due in runs)
+    waiting = {p.due for p in state.pending}  # a trigger may have taken this instant already
+    runs = tuple(due for due in selection.run if due not in waiting)
+    runs = runs if budget is None else runs[:budget]
+    busy = state.busy
+    buffered = any(p.held for p in state.pending)
+    for due in runs:
+        if content.overlap is Overlap.ALLOW or not busy:
+            events.append(_decided(state, content, due, now, "rule"))
+        elif content.overlap is Overlap.BUFFER_ONE and not buffered:
+            events.append(_decided(state, content, due, now, "rule", held=True))
+            buffered = True
+        else:
+            events.append(RunSkipped(at=now, due=due, reason="overlap"))
+        busy = busy or content.overlap is not Overlap.ALLOW
     return events
 
 
@@ -439,6 +487,8 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
             input=event.input,
             options=event.options,
             reason=event.reason,
+            held=event.held,
+            track_end=event.track_end,
         )
         counts = event.reason == "rule"
         return replace(
@@ -449,8 +499,18 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
             runs_since_change=state.runs_since_change + (1 if counts else 0),
             pending=(*state.pending, pending),
         )
-    if isinstance(event, (RunStarted, RunFailedToStart)):
+    if isinstance(event, RunStarted):
+        started = _pending(state, event.due)
+        running = state.running
+        if started is not None and started.track_end:
+            running = (*running, event.due)
+        return replace(
+            state, pending=tuple(p for p in state.pending if p.due != event.due), running=running
+        )
+    if isinstance(event, RunFailedToStart):
         return replace(state, pending=tuple(p for p in state.pending if p.due != event.due))
+    if isinstance(event, RunEnded):
+        return replace(state, running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
         return replace(state, cursor=_later(state.cursor, event.due))
     if isinstance(event, RunsMissed):

@@ -8,7 +8,8 @@ again (A8): the journal's unique ``(stream, version)`` makes the loser see the w
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.codec import check_json_value
@@ -25,12 +26,13 @@ from celery_durable.events import (
     to_new_event,
 )
 from celery_durable.index import UnreadableEntry, fold_stored
-from celery_durable.ids import check_schedule_id, check_text, schedule_stream
+from celery_durable.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.ids import run_id as make_run_id
 from celery_durable.policies import CatchUp, Overlap
 from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
 from celery_durable.schedule import (
     Change,
+    DecideRun,
     Command,
     Create,
     Delete,
@@ -145,6 +147,53 @@ class Schedules:
         """End the schedule for good (A4); its ID can never be used again."""
         self._execute(check_schedule_id(id), lambda now: Delete(now=now))
 
+    def trigger(self, id: str) -> str:
+        """Start one run now, outside the rule (D9); return its run ID.
+
+        The run is decided like any other (it survives a crash and is enqueued with its run
+        ID as task id) but does not count toward ``max_runs`` and moves no due time.
+        Raises ``ScheduleConflict`` for an unknown or deleted schedule.
+        """
+        sid = check_schedule_id(id)
+        events = self._execute(sid, lambda now: DecideRun(due=now, now=now, reason="trigger"))
+        decided = [e for e in events if isinstance(e, RunDecided)]
+        return decided[0].run_id
+
+    def backfill(self, id: str, start: datetime, end: datetime) -> list[str]:
+        """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
+
+        Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
+        rule has already passed are backfilled (up to the schedule's last decision, the moment
+        of its last change or resume, and now): later ones are the dispatcher's. Returns the
+        run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
+        ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
+        """
+        sid = check_schedule_id(id)
+        first = to_utc(start, "backfill start")
+        last = to_utc(end, "backfill end")
+        if last < first:
+            raise InvalidSchedule("backfill end is before its start")
+        store = self._durable._store
+
+        def commands(now: datetime) -> list[Command]:
+            state = store.load(sid)
+            if not state.exists or state.deleted:
+                return [DecideRun(due=now, now=now, reason="backfill")]  # raises the conflict
+            assert state.content is not None
+            until = min(last, now, state.cursor or now)
+            decided = frozenset(
+                e.due for e in store.events(sid) if isinstance(e, RunDecided)
+            )
+            dues = due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
+            return [
+                DecideRun(due=due, now=now, reason="backfill", decided=decided)
+                for due in dues
+                if due not in decided
+            ]
+
+        events = self._execute(sid, commands)
+        return [e.run_id for e in events if isinstance(e, RunDecided)]
+
     # Reads --------------------------------------------------------------------------------
 
     def state(self, id: str) -> ScheduleView | None:
@@ -234,13 +283,25 @@ class ScheduleStore:
         fold_stored(states, index.events_after(position))
         return [states[sid] for sid in sorted(states)]
 
-    def execute(self, schedule_id: str, make: Callable[[Any], Command]) -> list[ScheduleEvent]:
-        """Decide a command on the latest state and append its events; re-decide on conflict."""
+    def execute(
+        self, schedule_id: str, make: Callable[[Any], Command | Sequence[Command]]
+    ) -> list[ScheduleEvent]:
+        """Decide commands on the latest state and append their events; re-decide on conflict.
+
+        ``make`` receives the clock's time and returns one command or several, decided in turn
+        and appended together (all or nothing).
+        """
         journal = self._durable.journal
         stream = schedule_stream(schedule_id)
         for _ in range(_MAX_ATTEMPTS):
             state = self.load(schedule_id)
-            events = decide(state, make(self._durable.now()))
+            made = make(self._durable.now())
+            events: list[ScheduleEvent] = []
+            folded = state
+            for command in made if isinstance(made, Sequence) else [made]:
+                produced = decide(folded, command)
+                folded = fold_all(folded, produced)
+                events.extend(produced)
             if not events:
                 return []
             try:
@@ -249,6 +310,26 @@ class ScheduleStore:
                 continue
             return events
         raise DurableError(f"schedule {schedule_id!r} kept changing under {_MAX_ATTEMPTS} attempts")
+
+
+MAX_BACKFILL = 10_000
+"""A backfill deciding more due times than this is refused."""
+
+
+def due_times(
+    rule: Rule, start: datetime, end: datetime, anchor: datetime | None, limit: int
+) -> list[datetime]:
+    """The rule's due times in ``[start, end]``; ``InvalidSchedule`` past ``limit`` of them."""
+    found: list[datetime] = []
+    moment = start - timedelta(microseconds=1)
+    while True:
+        due = rule.next_after(moment, anchor=anchor)
+        if due is None or due > end:
+            return found
+        if len(found) == limit:
+            raise InvalidSchedule(f"backfill covers more than {limit} due times; split the range")
+        found.append(due)
+        moment = due
 
 
 def view_of(state: ScheduleState) -> ScheduleView:

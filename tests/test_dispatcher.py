@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import redis
 from celery import Celery
 
-from celery_durable import CatchUp, Daily, Durable, Every, Once, Weekly
+from celery_durable import CatchUp, Daily, Durable, Every, InvalidSchedule, Once, ScheduleConflict, Weekly
 from celery_durable.schedule import DecideDue
 from tests.support.tcpproxy import TcpProxy
 
@@ -372,3 +372,43 @@ def test_two_dispatchers_one_leader(durable: Durable, app: Celery, journal_url: 
     assert len(seen) == len(set(seen))
     assert seen[:15] == [f"x@{(T0 + timedelta(seconds=s)).strftime('%Y-%m-%dT%H:%M:%S')}.0000000Z" for s in range(1, 16)]
     assert len(seen) >= 15 + 5
+
+
+def test_d9_trigger_starts_one_run_now_outside_the_rule(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("t", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    d = durable.dispatcher()
+    d.tick()
+    clock.advance(seconds=7)
+    run = durable.schedules.trigger("t")
+    assert run == "t@2026-11-02T12:00:07.0000000Z"
+    d.tick()
+    assert broker.ids() == [run]
+    view = durable.schedules.state("t")
+    assert view is not None and view.next_due == datetime(2026, 11, 3, 1, tzinfo=UTC)
+    assert [r.reason for r in durable.schedules.runs("t")] == ["trigger"]
+
+
+def test_d9_backfill_decides_missing_due_times_once(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+    durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    clock.set(datetime(2026, 11, 5, 9, tzinfo=UTC))
+    d = durable.dispatcher()
+    d.tick()
+    assert broker.ids() == ["nightly@2026-11-05T01:00:00.0000000Z"]
+    start, end = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 30, tzinfo=UTC)
+    decided = durable.schedules.backfill("nightly", start, end)
+    # 11-02 01:00 is before the creation (T0 is 11-02 12:00) but inside the range: it is a due
+    # time of the rule, so it is backfilled too. 11-05 was decided already; later ones are not
+    # the rule's past yet.
+    assert decided == [
+        "nightly@2026-11-01T01:00:00.0000000Z",
+        "nightly@2026-11-02T01:00:00.0000000Z",
+        "nightly@2026-11-03T01:00:00.0000000Z",
+        "nightly@2026-11-04T01:00:00.0000000Z",
+    ]
+    assert durable.schedules.backfill("nightly", start, end) == []
+    d.tick()
+    assert broker.ids() == decided
+    with pytest.raises(InvalidSchedule):
+        durable.schedules.backfill("nightly", end, start)
+    with pytest.raises(ScheduleConflict):
+        durable.schedules.backfill("unknown", start, end)
