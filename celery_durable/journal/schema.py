@@ -1,0 +1,263 @@
+"""The one schema definition of celery_durable: every table, its version, its migrations.
+
+Table and column names are persistent contracts (SPEC §9). To add a table, declare it on
+:data:`metadata` below: :func:`ensure_schema` creates missing tables of an existing database on the
+next start. To change an existing table, bump the component's entry in :data:`SCHEMA_VERSIONS`,
+register a migration with :func:`migration`, and add a test that opens a database written by the
+previous version.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from celery_durable.errors import JournalError
+from celery_durable.journal.urls import normalize_url
+
+__all__ = [
+    "SCHEMA_VERSIONS",
+    "UtcDateTime",
+    "ddl",
+    "ensure_schema",
+    "events",
+    "leases",
+    "metadata",
+    "migration",
+    "progress",
+    "schedule_index",
+    "schema_versions",
+]
+
+log = logging.getLogger(__name__)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """An instant: aware UTC in Python, ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL.
+
+    SQLite has no date type; SQLAlchemy stores ``YYYY-MM-DD HH:MM:SS.ffffff`` text, which drops
+    any offset. We therefore store UTC without an offset there: fixed-width text that sorts in
+    time order, so an index on it works for "next due" queries. Naive datetimes are refused on
+    the way in (an instant without a zone is a bug), and every value read back is aware UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r} where an aware instant is needed")
+        value = value.astimezone(timezone.utc)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+# Constraint names are fixed here so that migrations and error handling can refer to them.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+events = Table(
+    "celery_durable_events",
+    metadata,
+    # SQLite: INTEGER PRIMARY KEY (the rowid) with AUTOINCREMENT, so a position is never
+    # handed out twice, even if the newest rows were ever deleted. PostgreSQL: BIGSERIAL.
+    Column(
+        "position",
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("stream", String(255), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("type", String(128), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
+    # The optimistic-concurrency guard (A8): two writers can never both store version n.
+    UniqueConstraint("stream", "version"),
+    Index(None, "category", "position"),
+    sqlite_autoincrement=True,
+)
+
+schema_versions = Table(
+    "celery_durable_schema",
+    metadata,
+    Column("component", String(64), primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+schedule_index = Table(
+    "celery_durable_schedule_index",
+    metadata,
+    Column("schedule_id", String(255), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("format", Integer, nullable=False),
+    Column("next_due", UtcDateTime, nullable=True, index=True),
+    Column("state", Text, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+progress = Table(
+    "celery_durable_progress",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+)
+
+leases = Table(
+    "celery_durable_leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+)
+
+#: The schema version this code writes, per component (rows of ``celery_durable_schema``).
+SCHEMA_VERSIONS: dict[str, int] = {"journal": 1}
+
+Migration = Callable[[Connection], None]
+# (component, version it produces) → function that upgrades from version - 1, in the caller's
+# transaction. Empty while every component is at version 1.
+_MIGRATIONS: dict[tuple[str, int], Migration] = {}
+
+
+def migration(component: str, to_version: int) -> Callable[[Migration], Migration]:
+    """Register the function that upgrades ``component`` from ``to_version - 1``."""
+
+    def register(func: Migration) -> Migration:
+        key = (component, to_version)
+        if key in _MIGRATIONS:
+            raise ValueError(f"two migrations for {component} version {to_version}")
+        _MIGRATIONS[key] = func
+        return func
+
+    return register
+
+
+def ensure_schema(conn: Connection) -> None:
+    """Create missing tables, then check and upgrade the stored schema versions.
+
+    Runs inside the caller's write transaction, which must already exclude other initialisers
+    (``BEGIN IMMEDIATE`` on SQLite, an advisory lock on PostgreSQL). Raises
+    :class:`JournalError` when the database was written by a newer version of this library.
+    """
+    metadata.create_all(conn, checkfirst=True)
+    stored = dict(
+        conn.execute(select(schema_versions.c.component, schema_versions.c.version)).all()
+    )
+    for component, current in SCHEMA_VERSIONS.items():
+        found = stored.get(component)
+        if found is None:
+            conn.execute(insert(schema_versions).values(component=component, version=current))
+            continue
+        if found > current:
+            raise JournalError(
+                f"the journal's {component} schema is version {found}, but this version of "
+                f"celery_durable only knows version {current}: upgrade celery_durable",
+                component=component,
+                stored_version=found,
+                code_version=current,
+            )
+        if found < current:
+            _upgrade(conn, component, found, current)
+
+
+def _upgrade(conn: Connection, component: str, found: int, current: int) -> None:
+    for target in range(found + 1, current + 1):
+        step = _MIGRATIONS.get((component, target))
+        if step is None:
+            raise JournalError(
+                f"no migration of the {component} schema from version {target - 1} to {target}",
+                component=component,
+                stored_version=found,
+                code_version=current,
+            )
+        log.info("migrating the %s schema from version %d to %d", component, target - 1, target)
+        step(conn)
+        conn.execute(
+            update(schema_versions)
+            .where(schema_versions.c.component == component)
+            .values(version=target)
+        )
+
+
+def ddl(url: str) -> str:
+    """The SQL that creates every table of the library for the URL's dialect.
+
+    For databases where the application's user may not create tables: a DBA runs this once,
+    then the journal finds the tables and the version rows on first use. Nothing connects.
+    """
+    dialect = normalize_url(url).get_dialect()()
+    statements: list[str] = []
+    for table in metadata.sorted_tables:
+        statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
+        for index in sorted(table.indexes, key=lambda i: i.name or ""):
+            statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
+    for component, version in SCHEMA_VERSIONS.items():
+        row: dict[str, Any] = {"component": component, "version": version}
+        stmt = insert(schema_versions).values(**row)
+        compiled = stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True})
+        statements.append(str(compiled))
+    return "".join(f"{statement};\n\n" for statement in statements)
+
+
+# -- durable runs (celery_durable/runs.py) --------------------------------------------------------
+
+#: One row per durable run: a summary of the stream ``run/<run_id>``, written in the same
+#: transaction as the run's claim, suspension and ending events (never on an ordinary step).
+#: ``status`` is one of queued, running, suspended, finished, faulted, cancelled, parked;
+#: ``wake_at`` is when the dispatcher should send a suspended run again; ``message`` the JSON
+#: of the run's Celery message (args, kwargs, options) for that re-send.
+runs = Table(
+    "celery_durable_runs",
+    metadata,
+    Column("run_id", String(255), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("owner", String(255), nullable=True),
+    Column("lease_until", UtcDateTime, nullable=True),
+    Column("wake_at", UtcDateTime, nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("message", Text, nullable=False),
+    # RunStore.stale(): active runs by lease; RunStore.wakeups(): suspended runs by wake time.
+    Index(None, "status", "lease_until"),
+    Index(None, "status", "wake_at"),
+)
+__all__ += ["runs"]

@@ -1,0 +1,700 @@
+"""The SQL journal: SQLAlchemy Core over SQLite (a file) or PostgreSQL (psycopg 3).
+
+Three decisions shape this module; docs/journal.md gives the measurements behind them.
+
+* **No read before write.** An append is one ``INSERT … SELECT … WHERE`` statement per event.
+  The unique ``(stream, version)`` constraint catches a writer that got there first; the
+  ``WHERE`` refuses an event whose previous version does not exist, so an expected version
+  beyond the end of the stream cannot leave a gap. Both checks run inside the statement that
+  stores the event, so the normal path costs no extra round trip.
+* **SQLite writers queue instead of deadlocking.** Write transactions start with
+  ``BEGIN IMMEDIATE``: the write lock is taken before anything is read, so two processes never
+  both hold a read lock and wait for each other to upgrade it.
+* **PostgreSQL commit order equals position order for ordered categories.** Positions come
+  from a sequence and are handed out at INSERT, not at COMMIT; a transaction-scoped advisory lock
+  per ordered category makes writers of that category insert and commit one after another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    create_engine,
+    event,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.sql import Insert, Select
+
+from celery_durable.errors import AppendConflict, JournalError
+from celery_durable.journal import schema
+from celery_durable.journal.base import Append, Journal, NewEvent, StoredEvent, category_of
+from celery_durable.journal.urls import (
+    is_sqlite,
+    normalize_url,
+    redact,
+    split_secrets,
+    sqlite_path,
+)
+
+__all__ = ["SqlJournal", "advisory_key", "encode_data", "open_journal", "read_all_query"]
+
+log = logging.getLogger(__name__)
+
+MAX_STREAM_LENGTH = 255
+MAX_CATEGORY_LENGTH = 64
+MAX_TYPE_LENGTH = 128
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: Execution option for ``journal.engine``: on SQLite, transactions of a connection carrying it
+#: start with ``BEGIN IMMEDIATE`` (``journal.engine.execution_options(celery_durable_write=True)``).
+WRITE_OPTION = "celery_durable_write"
+# Key in Connection.info while a journal.transaction() is open on that connection.
+_TX_KEY = "celery_durable_tx"
+_VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
+
+_events = schema.events
+
+
+def advisory_key(name: str) -> int:
+    """The PostgreSQL advisory-lock key (signed 64 bits) this library uses for ``name``.
+
+    Category locks use ``"category:<name>"``; start-up uses ``"schema"``. The keys are fixed
+    (a hash, not Python's randomised ``hash()``) so that every process agrees on them.
+    """
+    digest = hashlib.blake2b(f"celery_durable:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+_SCHEMA_LOCK_KEY = advisory_key("schema")
+_LOCK_STMT = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger)))
+
+# One statement stores one event. The WHERE clause lets the row in only when the stream's
+# previous version exists (or the event is version 1); a concurrent writer of the same version
+# is stopped by the unique constraint. ``preserve_rowcount`` because the count of inserted rows
+# is how a refused row shows up.
+_prev = _events.alias("prev")
+
+
+def _insert_statement(*, with_lock: bool) -> Insert:
+    rows = select(
+        bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+        bindparam("version", type_=Integer),
+        bindparam("category", type_=String(MAX_CATEGORY_LENGTH)),
+        bindparam("type", type_=String(MAX_TYPE_LENGTH)),
+        bindparam("data", type_=Text),
+        bindparam("recorded_at", type_=schema.UtcDateTime),
+    ).where(
+        or_(
+            bindparam("prev", type_=Integer) == literal(0, Integer),
+            exists().where(
+                and_(
+                    _prev.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+                    _prev.c.version == bindparam("prev", type_=Integer),
+                )
+            ),
+        )
+    )
+    if with_lock:
+        # PostgreSQL only: the row is produced by scanning a one-row subquery that takes the
+        # category's advisory lock, so the lock is held before the row's position is drawn
+        # (nextval() is evaluated when the row is projected). Saves the round trip of a
+        # separate SELECT pg_advisory_xact_lock(); taking it again per row is a no-op.
+        lock = select(
+            func.pg_advisory_xact_lock(bindparam("lock_key", type_=BigInteger)).label("locked")
+        ).subquery("category_lock")
+        rows = rows.select_from(lock)
+    columns = ["stream", "version", "category", "type", "data", "recorded_at"]
+    return insert(_events).from_select(columns, rows).execution_options(preserve_rowcount=True)
+
+
+_INSERT_STMT = _insert_statement(with_lock=False)
+_INSERT_LOCKED_STMT = _insert_statement(with_lock=True)
+
+_EVENT_COLUMNS = (
+    _events.c.position,
+    _events.c.stream,
+    _events.c.version,
+    _events.c.type,
+    _events.c.data,
+    _events.c.recorded_at,
+)
+
+
+@dataclass(slots=True)
+class _TxState:
+    """What one open ``journal.transaction()`` has done so far."""
+
+    locked: set[str] = field(default_factory=set)
+    failed: bool = False
+
+
+class SqlJournal:
+    """The :class:`~celery_durable.journal.base.Journal` on SQLite or PostgreSQL.
+
+    Construction only parses the URL and builds the engine; the first call connects, creates
+    missing tables and checks the schema version (:class:`JournalError` when the database was
+    written by a newer celery_durable, or cannot be reached). Safe to share between threads;
+    safe across ``fork()`` (children drop the parent's pooled connections).
+
+    ``ordered_categories``: categories whose readers follow positions (the schedule index);
+    on PostgreSQL their writers are serialised so that commit order equals position order.
+
+    Example::
+
+        journal = SqlJournal("sqlite:///celery_durable.db")
+        version = journal.append("schedule/nightly", 0, [NewEvent(type="Created", data={})])
+        events = journal.read_stream("schedule/nightly")
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        sqlite_synchronous: str = "FULL",
+        ordered_categories: Collection[str] = ("schedule",),
+        echo: bool = False,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._sa_url = normalize_url(url)
+        self.url = redact(self._sa_url)
+        self._sqlite = is_sqlite(self._sa_url)
+        synchronous = str(sqlite_synchronous).upper()
+        if synchronous not in _SYNCHRONOUS_MODES:
+            raise ValueError(
+                f"sqlite_synchronous must be one of {', '.join(_SYNCHRONOUS_MODES)}, "
+                f"not {sqlite_synchronous!r}"
+            )
+        self._synchronous = synchronous
+        if isinstance(ordered_categories, str):
+            raise TypeError("ordered_categories must be a collection of names, not a str")
+        self.ordered_categories = frozenset(ordered_categories)
+        self._lock_keys = {name: advisory_key(f"category:{name}") for name in ordered_categories}
+        engine_url, secrets = split_secrets(self._sa_url)
+        connect_args: dict[str, Any] = dict(secrets)
+        if self._sqlite:
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+        options: dict[str, Any] = {"echo": echo, **(engine_options or {})}
+        options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
+        # Two views of one pool. ``_core`` serves the journal's own statements; on SQLite its
+        # write transactions emit BEGIN IMMEDIATE themselves (_write_connection). ``engine``, for
+        # everyone else, carries SQLAlchemy's documented begin-event recipe, so that any
+        # transaction opened on it is a real one. The hot path avoids the recipe only because a
+        # connection-event listener makes every statement of its engine dispatch events, which
+        # costs ~20 µs per append (docs/journal.md, "Cost").
+        self._core: Engine = create_engine(engine_url, **options)
+        self.engine: Engine = self._core
+        if self._sqlite:
+            event.listen(self._core, "connect", self._on_sqlite_connect)
+            self.engine = self._core.execution_options()
+            event.listen(self.engine, "begin", _on_sqlite_begin)
+        self.metadata = schema.metadata
+        self._init_lock = threading.Lock()
+        self._local = threading.local()  # .open: a transaction() is open in this thread
+        self._ready = False
+        self._closed = False
+        _track_for_fork(self)
+
+    def __repr__(self) -> str:
+        return f"SqlJournal({self.url!r})"
+
+    @property
+    def tables(self) -> Mapping[str, Table]:
+        """Every table of the library by name (the one schema, :mod:`.schema`)."""
+        return self.metadata.tables
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def ensure_ready(self) -> None:
+        """Connect, create missing tables, check the schema version. Idempotent.
+
+        Every other method calls it; call it directly to fail fast at start-up.
+        """
+        if self._ready:
+            return
+        with self._init_lock:
+            if self._closed:
+                raise JournalError(f"the journal {self.url} is closed")
+            if not self._ready:
+                self._initialise()
+                self._ready = True
+
+    def _initialise(self) -> None:
+        path = sqlite_path(self._sa_url)
+        if path is not None:
+            try:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            except OSError as exc:
+                raise JournalError(f"cannot create the directory of {self.url}: {exc}") from exc
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._write_connection() as conn:
+                    if not self._sqlite:
+                        # Serialises initialisers; SQLite's BEGIN IMMEDIATE already has.
+                        conn.execute(_LOCK_STMT, {"key": _SCHEMA_LOCK_KEY})
+                    schema.ensure_schema(conn)
+                log.debug("journal ready at %s", self.url)
+                return
+            except (ProgrammingError, IntegrityError) as exc:
+                # Another process created a table between our check and our CREATE (possible
+                # only if it does not take the same lock, e.g. an older version): check again.
+                if attempt == attempts:
+                    raise JournalError(
+                        f"cannot create the journal tables at {self.url}: {exc.orig}"
+                    ) from exc
+                log.info("journal tables created concurrently at %s; checking again", self.url)
+            except DBAPIError as exc:
+                raise JournalError(f"cannot open the journal at {self.url}: {exc.orig}") from exc
+
+    def close(self) -> None:
+        """Dispose of the engine's connections. Calling it twice is harmless."""
+        with self._init_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._ready = False
+        self._core.dispose()
+
+    def _after_fork_in_child(self) -> None:
+        # SQLAlchemy's recipe for pools and os.fork(): forget the parent's connections without
+        # closing them (they still belong to the parent). A fresh lock too: a thread of the
+        # parent may have held the old one at the instant of the fork.
+        self._core.dispose(close=False)
+        self._init_lock = threading.Lock()
+
+    # -- SQLite connection set-up ----------------------------------------------------------
+
+    def _on_sqlite_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 module (it would start write transactions lazily as
+        # DEFERRED, which deadlocks two writers that both read first): we emit it ourselves.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("SQLite journal %s runs in %s mode, not WAL", self.url, mode)
+            cursor.execute(f"PRAGMA synchronous = {self._synchronous}")
+        finally:
+            cursor.close()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction for appends and the caller's own tables, committed at the end.
+
+        On SQLite it starts with ``BEGIN IMMEDIATE`` (waits up to 30 s for other writers).
+        An exception rolls everything back. If an :meth:`append_in` inside failed and the
+        caller swallowed the error, the transaction is rolled back and :class:`JournalError`
+        raised: part of the appends may have reached the database before the failure.
+
+        Inside the block, write only through ``conn`` (:meth:`append_in`): :meth:`append`,
+        :meth:`append_many` or a second :meth:`transaction` in the same thread would wait for
+        this one's locks forever, so they raise :class:`JournalError` instead. Reads through
+        the journal's other methods work but do not see this transaction's uncommitted rows.
+        """
+        self._refuse_nesting()
+        self.ensure_ready()
+        with self._write_connection() as conn:
+            state = _TxState()
+            conn.info[_TX_KEY] = state
+            self._local.open = True
+            try:
+                yield conn
+                if state.failed:
+                    raise JournalError(
+                        "an append in this transaction failed; the transaction was rolled back"
+                    )
+            finally:
+                self._local.open = False
+                conn.info.pop(_TX_KEY, None)
+
+    def _refuse_nesting(self) -> None:
+        if getattr(self._local, "open", False):
+            raise JournalError(
+                "a journal transaction is already open in this thread: it holds the write lock "
+                "this call would wait for; append through append_in(conn, ...) instead"
+            )
+
+    @contextmanager
+    def _write_connection(self) -> Iterator[Connection]:
+        with self._core.connect() as conn, conn.begin():
+            if self._sqlite:
+                # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's
+                # begin() sends none for SQLite; COMMIT/ROLLBACK still go through the driver.
+                conn.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            yield conn
+
+    def append_in(self, conn: Connection, appends: Sequence[Append]) -> list[int]:
+        """Append inside a :meth:`transaction`; return each stream's new version.
+
+        Raises :class:`AppendConflict` when an expected version is not the stream's current
+        version; the transaction must then be rolled back (leaving the ``with`` block by the
+        exception does that). Bad input raises ``ValueError``/``TypeError`` before any SQL.
+        """
+        rows, versions = _rows(appends)
+        self._append_rows(conn, appends, rows)
+        return versions
+
+    def append(self, stream: str, expected_version: int, events: Sequence[NewEvent]) -> int:
+        """Append events to one stream in their own transaction; return its new version."""
+        appends = [Append(stream=stream, expected_version=expected_version, events=events)]
+        rows, versions = _rows(appends)
+        with self.transaction() as conn:
+            self._append_rows(conn, appends, rows)
+        return versions[0]
+
+    def append_many(self, appends: Sequence[Append]) -> None:
+        """Append to several streams in one transaction: all are stored or none.
+
+        Raises :class:`AppendConflict` with ``stream`` set to the first conflicting stream
+        (``None`` in the rare case it cannot be told).
+        """
+        rows, _ = _rows(appends, allow_empty=True)
+        if not rows:
+            return
+        with self.transaction() as conn:
+            self._append_rows(conn, appends, rows)
+
+    def _append_rows(
+        self, conn: Connection, appends: Sequence[Append], rows: list[dict[str, Any]]
+    ) -> None:
+        state = conn.info.get(_TX_KEY)
+        if not isinstance(state, _TxState):
+            raise JournalError("append_in needs a connection from journal.transaction()")
+        statement = _INSERT_STMT
+        now = datetime.now(timezone.utc)
+        for row in rows:
+            row["recorded_at"] = now
+        if not self._sqlite:
+            needed = sorted(
+                ({row["category"] for row in rows} & self.ordered_categories) - state.locked
+            )
+            if len(needed) == 1:
+                statement = _INSERT_LOCKED_STMT
+                for row in rows:
+                    row["lock_key"] = self._lock_keys[needed[0]]
+            else:
+                # Sorted: two transactions that need the same locks take them in the same order.
+                for category in needed:
+                    conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+            state.locked.update(needed)
+        try:
+            result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
+        except IntegrityError as exc:
+            state.failed = True
+            if not _is_version_conflict(exc):
+                raise
+            raise self._conflict(appends) from None
+        if result.rowcount != len(rows):
+            # A row was refused by the WHERE clause: its previous version does not exist.
+            state.failed = True
+            raise self._conflict(appends)
+
+    def _conflict(self, appends: Sequence[Append]) -> AppendConflict:
+        """Tell which append does not fit the committed state of its stream.
+
+        Reads through another connection: the failed transaction may hold part of its own rows
+        (SQLite) or be unusable (PostgreSQL).
+        """
+        streams = list(dict.fromkeys(a.stream for a in appends))
+        heads: dict[str, int] = {}
+        try:
+            with self._core.connect() as reader:
+                for start in range(0, len(streams), 500):
+                    chunk = streams[start : start + 500]
+                    query = (
+                        select(_events.c.stream, func.max(_events.c.version))
+                        .where(_events.c.stream.in_(chunk))
+                        .group_by(_events.c.stream)
+                    )
+                    heads.update({s: int(v) for s, v in reader.execute(query).all()})
+        except DBAPIError:
+            log.warning("could not read stream heads to explain an append conflict", exc_info=True)
+            return AppendConflict("append conflict", stream=None, expected_version=None)
+        for append in appends:
+            actual = heads.get(append.stream, 0)
+            if append.expected_version != actual:
+                return AppendConflict(
+                    f"stream {append.stream!r} is at version {actual}, not at the expected "
+                    f"version {append.expected_version}: read it again and decide again",
+                    stream=append.stream,
+                    expected_version=append.expected_version,
+                    actual_version=actual,
+                )
+            heads[append.stream] = actual + len(append.events)
+        return AppendConflict(
+            "append conflict with a concurrent writer", stream=None, expected_version=None
+        )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        self.ensure_ready()
+        # On SQLite each read is one SELECT in autocommit mode: a statement is its own snapshot.
+        with self._core.connect() as conn:
+            yield conn
+
+    def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
+        """Events of one stream with version > ``after_version``, oldest first."""
+        _check_int("after_version", after_version)
+        query = (
+            select(*_EVENT_COLUMNS)
+            .where(_events.c.stream == stream, _events.c.version > after_version)
+            .order_by(_events.c.version)
+        )
+        with self._reading() as conn:
+            return [_stored(row) for row in conn.execute(query)]
+
+    def read_all(
+        self, after_position: int, *, category: str | None = None, limit: int = 1000
+    ) -> list[StoredEvent]:
+        """Up to ``limit`` events with position > ``after_position``, in position order.
+
+        With ``category``, only that category's events (through the ``(category, position)``
+        index). On PostgreSQL only ordered categories are guaranteed gap-free for a reader that
+        resumes from the last position it saw; see docs/journal.md.
+        """
+        query = read_all_query(after_position, category=category, limit=limit)
+        with self._reading() as conn:
+            return [_stored(row) for row in conn.execute(query)]
+
+    def head(self, category: str | None = None) -> int:
+        """The highest stored position (of the category), 0 when there is none."""
+        query = select(func.max(_events.c.position))
+        if category is not None:
+            query = query.where(_events.c.category == category)
+        with self._reading() as conn:
+            return int(conn.execute(query).scalar() or 0)
+
+
+def read_all_query(after_position: int, *, category: str | None, limit: int) -> Select[Any]:
+    """The SELECT behind :meth:`SqlJournal.read_all` (with a category it can use the
+    ``(category, position)`` index: equality on the first column, range and order on the second)."""
+    _check_int("after_position", after_position)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be a positive int, not {limit!r}")
+    query = select(*_EVENT_COLUMNS).where(_events.c.position > after_position)
+    if category is not None:
+        query = query.where(_events.c.category == category)
+    return query.order_by(_events.c.position).limit(limit)
+
+
+def open_journal(url: str, **options: Any) -> SqlJournal:
+    """Build a :class:`SqlJournal` (nothing connects until it is first used)."""
+    return SqlJournal(url, **options)
+
+
+def _on_sqlite_begin(conn: Connection) -> None:
+    # SQLAlchemy's recipe for pysqlite ("Serializable isolation / Savepoints / Transactional DDL").
+    write = conn.get_execution_options().get(WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _is_version_conflict(exc: IntegrityError) -> bool:
+    diag = getattr(exc.orig, "diag", None)
+    if diag is not None:
+        return getattr(diag, "constraint_name", None) == _VERSION_CONSTRAINT
+    message = str(exc.orig)
+    return "celery_durable_events.stream" in message and "celery_durable_events.version" in message
+
+
+# -- input checks and encoding ------------------------------------------------------------------
+
+
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, not {value!r}")
+
+
+def _check_name(what: str, value: object, limit: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{what} {value[:40]!r}… is longer than {limit} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} {value!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} is not valid Unicode text") from None
+    return value
+
+
+def _is_plain_json(value: object) -> bool:
+    """Fast check: would ``value`` come back unchanged from a JSON round trip?"""
+    if value is None or isinstance(value, (str, int)):  # bool is an int
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_is_plain_json(item) for item in value)
+    return False
+
+
+def _json_problem(value: object, path: str) -> str | None:
+    """The first thing in ``value`` that JSON would not round-trip, with its path (slow)."""
+    if _is_plain_json(value):
+        return None
+    if isinstance(value, float):
+        return f"{path} is {value!r}: JSON has no NaN or infinity"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has the key {key!r}: JSON object keys are str"
+            problem = _json_problem(item, f"{path}[{key!r}]")
+            if problem:
+                return problem
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = _json_problem(item, f"{path}[{index}]")
+            if problem:
+                return problem
+    hint = " (use a list)" if isinstance(value, tuple) else ""
+    return f"{path} is a {type(value).__name__}, which JSON does not round-trip{hint}"
+
+
+# Built once: json.dumps() with non-default options constructs an encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_data(data: object, where: str = "data") -> str:
+    """The compact JSON text stored for an event's data; ``ValueError`` if it cannot be.
+
+    Refused: anything that would not come back unchanged (NaN, infinities, non-``str`` keys,
+    tuples, sets, datetimes, other objects) and text that is not valid Unicode.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"{where} must be a dict, not {type(data).__name__}")
+    if not _is_plain_json(data):
+        raise ValueError(_json_problem(data, where))
+    text = _ENCODER.encode(data)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where} holds text that is not valid Unicode") from None
+    return text
+
+
+def _sequence(value: object) -> bool:
+    if type(value) in (list, tuple):  # the common case, without an ABC check
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _rows(
+    appends: Sequence[Append], *, allow_empty: bool = False
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Check every append and build the statement parameters, in append order."""
+    if not _sequence(appends):
+        raise TypeError("appends must be a sequence of Append")
+    if not appends and not allow_empty:
+        raise ValueError("nothing to append")
+    rows: list[dict[str, Any]] = []
+    versions: list[int] = []
+    for append in appends:
+        if not isinstance(append, Append):
+            raise TypeError(f"expected an Append, not {type(append).__name__}")
+        stream = _check_name("stream", append.stream, MAX_STREAM_LENGTH)
+        category = _check_name("category", category_of(stream), MAX_CATEGORY_LENGTH)
+        _check_int("expected_version", append.expected_version)
+        events = append.events
+        if not _sequence(events) or not events:
+            raise ValueError(f"append to {stream!r} needs a non-empty sequence of NewEvent")
+        version = append.expected_version
+        for new in events:
+            if not isinstance(new, NewEvent):
+                raise TypeError(f"expected a NewEvent, not {type(new).__name__}")
+            type_name = _check_name("event type", new.type, MAX_TYPE_LENGTH)
+            try:
+                data = encode_data(new.data)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"event {type_name!r} for {stream!r}: {exc}") from None
+            version += 1
+            rows.append(
+                {
+                    "stream": stream,
+                    "version": version,
+                    "prev": version - 1,
+                    "category": category,
+                    "type": type_name,
+                    "data": data,
+                }
+            )
+        versions.append(version)
+    return rows, versions
+
+
+def _stored(row: Any) -> StoredEvent:
+    try:
+        data = json.loads(row.data)
+    except ValueError:
+        raise JournalError(
+            f"event at position {row.position} holds data that is not JSON", position=row.position
+        ) from None
+    return StoredEvent(
+        position=int(row.position),
+        stream=row.stream,
+        version=int(row.version),
+        type=row.type,
+        data=data,
+        recorded_at=row.recorded_at,
+    )
+
+
+if TYPE_CHECKING:
+    # mypy proves here that SqlJournal implements the Journal protocol.
+    _implements_journal: type[Journal] = SqlJournal
+
+
+# -- fork safety ---------------------------------------------------------------------------------
+
+_live_journals: weakref.WeakSet[SqlJournal] = weakref.WeakSet()
+_fork_hook_lock = threading.Lock()
+_fork_hook_installed = False
+
+
+def _track_for_fork(journal: SqlJournal) -> None:
+    global _fork_hook_installed
+    with _fork_hook_lock:
+        if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook_installed = True
+        _live_journals.add(journal)
+
+
+def _after_fork_in_child() -> None:
+    for journal in list(_live_journals):
+        journal._after_fork_in_child()

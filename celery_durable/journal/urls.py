@@ -1,0 +1,112 @@
+"""Journal URLs: which databases we accept, in which normal form, and how they are logged.
+
+Only two drivers are supported, because they are the two the test suite runs: the standard
+library's ``sqlite3`` (``sqlite://``) and psycopg 3 (``postgresql+psycopg://``). The usual
+spellings ``postgres://`` and ``postgresql://`` (Heroku, Django, libpq habits) are mapped to
+psycopg 3 rather than to SQLAlchemy's psycopg2 default, which this library does not install.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from celery_durable.errors import JournalError
+
+__all__ = ["is_sqlite", "normalize_url", "redact", "split_secrets", "sqlite_path"]
+
+_POSTGRES_ALIASES = frozenset({"postgres", "postgresql", "postgresql+psycopg"})
+_SQLITE_ALIASES = frozenset({"sqlite", "sqlite+pysqlite"})
+# Connection parameters that carry a secret when written in the query string.
+_SECRET_QUERY_KEYS = frozenset({"password", "passwd", "sslpassword"})
+_MASK = "***"
+
+
+def _parse(url: str | URL) -> URL:
+    if isinstance(url, URL):
+        return url
+    if not isinstance(url, str) or not url.strip():
+        raise JournalError("the journal URL must be a non-empty string")
+    try:
+        return make_url(url.strip())
+    except ArgumentError:
+        # ``from None``: the parser's context could carry the raw URL, password included.
+        raise JournalError("the journal URL cannot be parsed (expected dialect://…)") from None
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Return the URL the engine is built from, or raise :class:`JournalError`.
+
+    * ``postgres://``, ``postgresql://`` → ``postgresql+psycopg://``;
+    * ``sqlite:///relative.db`` → an absolute path, resolved now against the current
+      directory, so that a worker that changes directory later still finds the same file;
+    * memory databases (``sqlite://``, ``:memory:``, ``mode=memory``) are refused: beat and the
+      workers are separate processes and a memory database is private to one of them;
+    * every other dialect or driver is refused.
+    """
+    parsed = _parse(url)
+    driver = parsed.drivername
+    if driver in _POSTGRES_ALIASES:
+        return parsed.set(drivername="postgresql+psycopg")
+    if driver in _SQLITE_ALIASES:
+        database = parsed.database
+        if (
+            not database
+            or database == ":memory:"
+            or parsed.query.get("mode") == "memory"
+            or database.startswith("file::memory:")
+        ):
+            raise JournalError(
+                "a memory database cannot be shared between beat and workers; "
+                "use a file, e.g. sqlite:///celery_durable.db",
+                url=redact(parsed),
+            )
+        if parsed.query.get("uri") in ("true", "1"):
+            # ``file:`` URIs are passed to sqlite3 untouched; relative ones are the caller's affair.
+            return parsed.set(drivername="sqlite")
+        return parsed.set(drivername="sqlite", database=os.path.abspath(database))
+    raise JournalError(
+        f"unsupported journal database {driver!r}: use sqlite:///path.db or "
+        "postgresql+psycopg://user@host/db",
+        url=redact(parsed),
+    )
+
+
+def is_sqlite(url: URL) -> bool:
+    """Whether a normalised URL points at SQLite."""
+    return url.get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: URL) -> str | None:
+    """The file behind a normalised SQLite URL, ``None`` for URIs and other databases."""
+    if not is_sqlite(url) or url.query.get("uri") in ("true", "1"):
+        return None
+    return url.database
+
+
+def split_secrets(url: URL) -> tuple[URL, dict[str, str]]:
+    """Move secrets written in the query string (``?sslpassword=…``) out of the URL.
+
+    They go to the driver as connect arguments instead, so that the engine's own URL, which
+    SQLAlchemy prints in reprs and logs with only the main password hidden, holds none.
+    """
+    keys = [key for key in url.query if key.lower() in _SECRET_QUERY_KEYS]
+    secrets: dict[str, str] = {}
+    for key in keys:
+        value = url.query[key]
+        secrets[key] = value if isinstance(value, str) else value[-1]
+    return url.difference_update_query(keys), secrets
+
+
+def redact(url: str | URL) -> str:
+    """The URL as text that is safe to log: the password (also in the query) becomes ``***``."""
+    try:
+        parsed = _parse(url)
+    except JournalError:
+        return "<unparseable URL>"
+    secret_keys = [key for key in parsed.query if key.lower() in _SECRET_QUERY_KEYS]
+    if secret_keys:
+        parsed = parsed.update_query_dict({key: _MASK for key in secret_keys})
+    return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", _MASK)
