@@ -84,7 +84,10 @@ def _same(a: Any, b: Any) -> bool:
 
 def time_to_json(moment: datetime) -> str:
     """An aware datetime as ISO 8601 UTC with microseconds and ``Z``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.tzinfo is not timezone.utc:
+        moment = moment.astimezone(timezone.utc)
+    # isoformat is several times faster than strftime; this runs for every stored time.
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def time_from_json(text: str) -> datetime:

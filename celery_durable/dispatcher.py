@@ -121,6 +121,7 @@ class Dispatcher:
         self._loaded = False
         self._position = 0
         self._states: dict[str, ScheduleState] = {}
+        self._row_version: dict[str, int] = {}
         self._attention: dict[str, datetime] = {}
         self._heap: list[tuple[datetime, str]] = []
         self._retry_at: dict[str, datetime] = {}
@@ -151,6 +152,7 @@ class Dispatcher:
         if self.index.needs_rebuild():
             self.index.rebuild(now)
         self._states.clear()
+        self._row_version.clear()
         self._heap.clear()
         self._attention.clear()
         self._position = self.index.position()
@@ -166,10 +168,12 @@ class Dispatcher:
             return
         sids = {e.stream.split("/", 1)[1] for e in events}
         try:
-            self._states.update(self.index.load([s for s in sids if s not in self._states]))
+            self._adopt(self.index.load([s for s in sids if s not in self._states]))
         except UnreadableEntry as exc:
             log.warning("%s: rebuilding the index", exc)
-            self._states = self.index.rebuild(now)
+            self._states.clear()
+            self._row_version.clear()
+            self._adopt(self.index.rebuild(now))
             self._position = self.index.position()
             self._heap.clear()
             self._attention.clear()
@@ -178,7 +182,12 @@ class Dispatcher:
             return
         changed = fold_stored(self._states, events)
         self._position = events[-1].position
-        self.index.save([self._states[s] for s in changed], self._position, now)
+        # Rows behind what was read: others' events, and our own decisions whose start was not
+        # recorded yet (their row is written with the start).
+        lagging = {s for s in sids if self._row_version.get(s, -1) < self._states[s].version}
+        self.index.save([self._states[s] for s in lagging], self._position, now)
+        for sid in lagging:
+            self._row_version[sid] = self._states[sid].version
         for sid in changed:
             self._watch(sid, attention_of(self._states[sid]))
 
@@ -189,6 +198,7 @@ class Dispatcher:
         self._append(
             {sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)},
             now,
+            rows=False,
         )
         _crash_point("after-decide")
         sendable = [
@@ -205,56 +215,61 @@ class Dispatcher:
                 else MarkFailedToStart(due=pending.due, error=error, now=now)
             )
             starts.setdefault(sid, []).append(command)
-        self._append(starts, now)
+        self._append(starts, now, rows=True)
         for sid in sids:
             self._watch(sid, self._attention_now(sid, now))
 
-    def _decide(self, sid: str, commands: Sequence[Command]) -> list[ScheduleEvent]:
+    def _decide(
+        self, sid: str, commands: Sequence[Command]
+    ) -> tuple[list[ScheduleEvent], ScheduleState]:
         state = self._states[sid]
         out: list[ScheduleEvent] = []
         for command in commands:
             events = decide(state, command)
             state = fold_all(state, events)
             out.extend(events)
-        return out
+        return out, state
 
-    def _append(self, commands: dict[str, list[Command]], now: datetime) -> None:
+    def _append(self, commands: dict[str, list[Command]], now: datetime, *, rows: bool) -> None:
         """Decide and append every schedule's commands in one transaction.
 
-        On a version conflict (another process appended first, A8) the schedule is read again
-        and its commands decided again on the fresh state.
+        With ``rows``, the index rows of those schedules are written in the same transaction.
+        Without, they are written later (with the starts, or by :meth:`refresh`, which writes
+        every row that lags behind what was read). On a version conflict (another process
+        appended first, A8) the schedule is read again and its commands decided again.
         """
-        decisions = {sid: self._decide(sid, cmds) for sid, cmds in commands.items()}
-        decisions = {sid: events for sid, events in decisions.items() if events}
-        while decisions:
+        decided = {sid: self._decide(sid, cmds) for sid, cmds in commands.items()}
+        decided = {sid: pair for sid, pair in decided.items() if pair[0]}
+        journal = self.durable.journal
+        while decided:
             appends = [
                 Append(
                     stream=schedule_stream(sid),
                     expected_version=self._states[sid].version,
                     events=[to_new_event(e) for e in events],
                 )
-                for sid, events in decisions.items()
+                for sid, (events, _) in decided.items()
             ]
-            journal = self.durable.journal
-            folded = {sid: fold_all(self._states[sid], events) for sid, events in decisions.items()}
             try:
-                # The index rows are written with the events: no extra commit, never stale.
                 with journal.transaction() as conn:
                     journal.append_in(conn, appends)
-                    upsert(conn, [entry_row(state, now) for state in folded.values()])
+                    if rows:
+                        upsert(conn, [entry_row(state, now) for _, state in decided.values()])
             except AppendConflict as exc:
                 sid = str(getattr(exc, "stream", "")).split("/", 1)[-1]
-                if sid not in decisions:
+                if sid not in decided:
                     raise
                 self._reload(sid)
                 fresh = self._decide(sid, commands[sid])
-                if fresh:
-                    decisions[sid] = fresh
+                if fresh[0]:
+                    decided[sid] = fresh
                 else:
-                    del decisions[sid]
+                    del decided[sid]
                 continue
-            for sid, events in decisions.items():
-                self._states[sid] = folded[sid]
+            for sid, (events, state) in decided.items():
+                self._states[sid] = state
+                if rows:
+                    self._row_version[sid] = state.version
                 for event in events:
                     if isinstance(event, RunDecided):
                         _log_decided(sid, event)
@@ -394,10 +409,16 @@ class Dispatcher:
     def _states_of(self, sids: Sequence[str]) -> dict[str, ScheduleState]:
         missing = [s for s in sids if s not in self._states]
         if missing:
-            self._states.update(self.index.load(missing))
+            self._adopt(self.index.load(missing))
             for sid in missing:
                 self._states.setdefault(sid, ScheduleState(schedule_id=sid))
         return {sid: self._states[sid] for sid in sids}
+
+    def _adopt(self, states: dict[str, ScheduleState]) -> None:
+        """Cache states read from index rows (which are therefore at their version)."""
+        self._states.update(states)
+        for sid, state in states.items():
+            self._row_version[sid] = state.version
 
     def _reload(self, sid: str) -> None:
         state = self._states.get(sid) or ScheduleState(schedule_id=sid)

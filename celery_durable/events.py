@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cache, cached_property
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -21,9 +22,13 @@ from celery_durable.rules import Rule, rule_from_json
 FORMAT = 1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Content:
-    """What a schedule starts: task, input, rule, policies and Celery options."""
+    """What a schedule starts: task, input, rule, policies and Celery options.
+
+    Not slotted: its JSON form is computed once and cached (the dispatcher writes it with
+    every index row).
+    """
 
     task: str
     input: Any
@@ -33,6 +38,11 @@ class Content:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form (shared: do not modify the returned dict)."""
+        return self._json
+
+    @cached_property
+    def _json(self) -> dict[str, Any]:
         return {
             "task": self.task,
             "input": self.input,
@@ -173,8 +183,7 @@ _TIME_FIELDS = frozenset({"at", "due", "through"})
 def to_data(event: ScheduleEvent) -> dict[str, Any]:
     """The JSON data of an event (without its type name)."""
     data: dict[str, Any] = {"v": FORMAT}
-    for f in fields(event):
-        name = f.name
+    for name in _field_names(type(event)):
         value = getattr(event, name)
         if name in _TIME_FIELDS:
             value = time_to_json(value)
@@ -184,6 +193,11 @@ def to_data(event: ScheduleEvent) -> dict[str, Any]:
             value = dict(value)
         data[name] = value
     return data
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def to_new_event(event: ScheduleEvent) -> NewEvent:
@@ -204,8 +218,7 @@ def from_data(type_name: str, data: Mapping[str, Any]) -> ScheduleEvent:
         )
     kwargs: dict[str, Any] = {}
     try:
-        for f in fields(cls):
-            name = f.name
+        for name in _field_names(cls):
             if name not in data:
                 continue
             value = data[name]

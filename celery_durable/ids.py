@@ -81,7 +81,7 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
 def format_due(due: datetime) -> str:
     """A due time as ``YYYY-MM-DDTHH:MM:SS.fffffffZ`` (UTC, 7 fractional digits)."""
     utc = to_utc(due, "due time")
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond * 10:07d}Z"
+    return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "0Z"
 
 
 def parse_due(text: str) -> datetime:

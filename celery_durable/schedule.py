@@ -456,10 +456,13 @@ def _later(a: datetime | None, b: datetime) -> datetime:
 
 def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
     """The state after one event. Unknown events leave the state as it is."""
-    state = replace(state, version=state.version + 1)
+    return replace(state, version=state.version + 1, **_changes(state, event))
+
+
+def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
+    """The fields an event changes (one ``replace`` per event: folding is on the hot path)."""
     if isinstance(event, ScheduleCreated):
-        return replace(
-            state,
+        return dict(
             content=event.content,
             created_digest=digest(event.content),
             created_at=event.at,
@@ -472,13 +475,13 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
             if isinstance(event.content.rule, Once)
             else _later(state.cursor, event.at)
         )
-        return replace(state, content=event.content, anchor=event.at, cursor=cursor, runs_since_change=0)
+        return dict(content=event.content, anchor=event.at, cursor=cursor, runs_since_change=0)
     if isinstance(event, SchedulePaused):
-        return replace(state, paused=True)
+        return dict(paused=True)
     if isinstance(event, ScheduleResumed):
-        return replace(state, paused=False, cursor=_later(state.cursor, event.at))
+        return dict(paused=False, cursor=_later(state.cursor, event.at))
     if isinstance(event, ScheduleDeleted):
-        return replace(state, deleted=True)
+        return dict(deleted=True)
     if isinstance(event, RunDecided):
         pending = PendingRun(
             due=event.due,
@@ -491,8 +494,7 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
             track_end=event.track_end,
         )
         counts = event.reason == "rule"
-        return replace(
-            state,
+        return dict(
             cursor=_later(state.cursor, event.due) if counts else state.cursor,
             last_decided=_later(state.last_decided, event.due),
             runs_decided=state.runs_decided + 1,
@@ -504,18 +506,16 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
         running = state.running
         if started is not None and started.track_end:
             running = (*running, event.due)
-        return replace(
-            state, pending=tuple(p for p in state.pending if p.due != event.due), running=running
-        )
+        return dict(pending=tuple(p for p in state.pending if p.due != event.due), running=running)
     if isinstance(event, RunFailedToStart):
-        return replace(state, pending=tuple(p for p in state.pending if p.due != event.due))
+        return dict(pending=tuple(p for p in state.pending if p.due != event.due))
     if isinstance(event, RunEnded):
-        return replace(state, running=tuple(t for t in state.running if t != event.due))
+        return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
-        return replace(state, cursor=_later(state.cursor, event.due))
+        return dict(cursor=_later(state.cursor, event.due))
     if isinstance(event, RunsMissed):
-        return replace(state, cursor=_later(state.cursor, event.through))
-    return state
+        return dict(cursor=_later(state.cursor, event.through))
+    return {}
 
 
 def fold_all(state: ScheduleState, events: Iterable[ScheduleEvent]) -> ScheduleState:
