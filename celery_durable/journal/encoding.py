@@ -1,0 +1,164 @@
+"""Checking and encoding what goes into the events table, and decoding what comes out.
+
+Everything is checked before any SQL runs, so a refused append stores nothing: stream and type
+names (length, NUL, valid Unicode), versions, and data that survives a JSON round trip unchanged
+(no NaN/Infinity, str keys only, no tuples or objects).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from celery_durable.errors import JournalError
+from celery_durable.journal.base import Append, NewEvent, StoredEvent, category_of
+
+MAX_STREAM_LENGTH = 255
+MAX_CATEGORY_LENGTH = 64
+MAX_TYPE_LENGTH = 128
+
+
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, not {value!r}")
+
+
+def _check_name(what: str, value: object, limit: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{what} {value[:40]!r}… is longer than {limit} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} {value!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {value!r} is not valid Unicode text") from None
+    return value
+
+
+def _is_plain_json(value: object) -> bool:
+    """Fast check: would ``value`` come back unchanged from a JSON round trip?"""
+    if value is None or isinstance(value, (str, int)):  # bool is an int
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_is_plain_json(item) for item in value)
+    return False
+
+
+def _json_problem(value: object, path: str) -> str | None:
+    """The first thing in ``value`` that JSON would not round-trip, with its path (slow)."""
+    if _is_plain_json(value):
+        return None
+    if isinstance(value, float):
+        return f"{path} is {value!r}: JSON has no NaN or infinity"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has the key {key!r}: JSON object keys are str"
+            problem = _json_problem(item, f"{path}[{key!r}]")
+            if problem:
+                return problem
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = _json_problem(item, f"{path}[{index}]")
+            if problem:
+                return problem
+    hint = " (use a list)" if isinstance(value, tuple) else ""
+    return f"{path} is a {type(value).__name__}, which JSON does not round-trip{hint}"
+
+
+# Built once: json.dumps() with non-default options constructs an encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_data(data: object, where: str = "data") -> str:
+    """The compact JSON text stored for an event's data; ``ValueError`` if it cannot be.
+
+    Refused: anything that would not come back unchanged (NaN, infinities, non-``str`` keys,
+    tuples, sets, datetimes, other objects) and text that is not valid Unicode.
+    """
+    if not isinstance(data, dict):
+        raise TypeError(f"{where} must be a dict, not {type(data).__name__}")
+    if not _is_plain_json(data):
+        raise ValueError(_json_problem(data, where))
+    text = _ENCODER.encode(data)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where} holds text that is not valid Unicode") from None
+    return text
+
+
+def _sequence(value: object) -> bool:
+    if type(value) in (list, tuple):  # the common case, without an ABC check
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _rows(
+    appends: Sequence[Append], *, allow_empty: bool = False
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Check every append and build the statement parameters, in append order."""
+    if not _sequence(appends):
+        raise TypeError("appends must be a sequence of Append")
+    if not appends and not allow_empty:
+        raise ValueError("nothing to append")
+    rows: list[dict[str, Any]] = []
+    versions: list[int] = []
+    for append in appends:
+        if not isinstance(append, Append):
+            raise TypeError(f"expected an Append, not {type(append).__name__}")
+        stream = _check_name("stream", append.stream, MAX_STREAM_LENGTH)
+        category = _check_name("category", category_of(stream), MAX_CATEGORY_LENGTH)
+        _check_int("expected_version", append.expected_version)
+        events = append.events
+        if not _sequence(events) or not events:
+            raise ValueError(f"append to {stream!r} needs a non-empty sequence of NewEvent")
+        version = append.expected_version
+        for new in events:
+            if not isinstance(new, NewEvent):
+                raise TypeError(f"expected a NewEvent, not {type(new).__name__}")
+            type_name = _check_name("event type", new.type, MAX_TYPE_LENGTH)
+            try:
+                data = encode_data(new.data)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"event {type_name!r} for {stream!r}: {exc}") from None
+            version += 1
+            rows.append(
+                {
+                    "stream": stream,
+                    "version": version,
+                    "prev": version - 1,
+                    "category": category,
+                    "type": type_name,
+                    "data": data,
+                }
+            )
+        versions.append(version)
+    return rows, versions
+
+
+def _stored(row: Any) -> StoredEvent:
+    try:
+        data = json.loads(row.data)
+    except ValueError:
+        raise JournalError(
+            f"event at position {row.position} holds data that is not JSON", position=row.position
+        ) from None
+    return StoredEvent(
+        position=int(row.position),
+        stream=row.stream,
+        version=int(row.version),
+        type=row.type,
+        data=data,
+        recorded_at=row.recorded_at,
+    )
