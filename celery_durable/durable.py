@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
+from celery_durable import ends
 from celery_durable.config import DurableConfig
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
 from celery_durable.ids import check_text
@@ -55,6 +56,7 @@ class Durable:
         self._store = ScheduleStore(self)
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
+        ends.install()
 
     @classmethod
     def for_app(cls, app: Celery) -> Durable:
@@ -129,6 +131,63 @@ class Durable:
         if len(args) == 1 and callable(args[0]) and not options:
             return make_durable_task(self, args[0], {})
         return lambda fun: make_durable_task(self, fun, options)
+
+    def run_ended(self, run_id: str) -> str | None:
+        """``finished``, ``faulted`` or ``cancelled`` once a durable run has ended, else ``None``."""
+        try:
+            outcome = self.outcome(run_id, timeout=0)
+        except (TimeoutError, LookupError):
+            return None
+        return type(outcome).__name__.lower()
+
+    # Durable runs ---------------------------------------------------------------------------
+    # (worker side: celery_durable.tasks, .steps, .helpers, .control, .runs)
+
+    def step(self, fun: Any = None, *, retry: Any = None, name: str | None = None) -> Any:
+        """A journaled step (W2); usable as ``@durable.step`` or ``@durable.step(retry=…)``.
+
+        Inside a durable task the result is stored by position and returned on replay;
+        elsewhere the function is called as it is.
+        """
+        from celery_durable.steps import make_step
+
+        if fun is not None:
+            return make_step(fun, retry=retry, name=name)
+        return lambda f: make_step(f, retry=retry, name=name)
+
+    @cached_property
+    def runs(self) -> Any:
+        """The run table (:class:`celery_durable.runs.RunStore`): stale runs and wake-ups (D8)."""
+        from celery_durable.runs import RunStore
+
+        return RunStore(self.journal)
+
+    def outcome(self, run_id: str, timeout: float | None = None) -> Any:
+        """``Finished(value)``, ``Faulted(error)`` or ``Cancelled()`` of a run, from the journal
+        (W7). ``TimeoutError`` when it does not end in time; ``LookupError`` if never started."""
+        from celery_durable import control
+
+        return control.outcome(self, run_id, timeout)
+
+    def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """The value of a finished run; raises ``RunFaulted`` or ``RunCancelled`` (W7)."""
+        from celery_durable import control
+
+        return control.result(self, run_id, timeout)
+
+    def cancel(self, run_id: str) -> bool:
+        """Ask a run to stop: its body sees ``StepFailed`` (kind ``cancelled``) at its next step."""
+        from celery_durable import control
+
+        return control.cancel(self, run_id)
+
+    def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""
+        from celery_durable import control
+
+        control.signal(self, run_id, name, payload)
+
+    # ------------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Release the journal's connections."""

@@ -1,20 +1,64 @@
-"""Worker-side durable tasks: the task class and ``ScheduledRun``.
+"""Worker-side durable tasks: the task class, ``ScheduledRun`` and the delivery shell (W1, W8).
 
-This module holds what a schedule needs to start a durable task; journaled steps, retries,
-timers and signals build on it.
+Every delivery of a durable task's message reads the run's stream once and decides, with the
+pure :func:`celery_durable.replay.on_delivery`, whether to return a stored outcome, to leave
+the run to another delivery, to go back to sleep, or to claim the run and replay the body.
+The claim is an event appended at the version read, so of two deliveries at once only one
+wins (W8); the other finishes without running a step.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from celery_durable.codec import time_from_json, time_to_json
+from celery import Task
+from celery.exceptions import Ignore, Reject
+from celery.exceptions import Retry as CeleryRetry
+
+from celery_durable.codec import check_json_value, time_from_json, time_to_json
+from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row
+from celery_durable.errors import AppendConflict, DurableError, RunParked
+from celery_durable.ids import run_stream
+from celery_durable.outcomes import Faulted, Finished, Outcome, raise_for
+from celery_durable.replay import (
+    RUN_CANCELLED,
+    RUN_FAULTED,
+    RUN_FINISHED,
+    RUN_PARKED,
+    RUN_STARTED,
+    Busy,
+    Ended,
+    NotYet,
+    Proceed,
+    RunState,
+    fold,
+    on_delivery,
+    unreached,
+)
+from celery_durable.retry import type_name
+from celery_durable.runs import CANCELLED, FAULTED, FINISHED, PARKED, message_json
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
+
+log = logging.getLogger("celery_durable.tasks")
+
+SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
+"""Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
+
+DEFAULT_SHORT_SLEEP = 60.0
+"""Default of ``durable_short_sleep``: longer waits are left to the dispatcher."""
+
+_CLAIM_ATTEMPTS = 20
+_EAGER_POLL = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +74,49 @@ class ScheduledRun:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ScheduledRun:
-        return cls(schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input"))
+        return cls(
+            schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input")
+        )
+
+
+def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """``(args, kwargs, headers)`` of the message that starts a durable task for a schedule.
+
+    The ``ScheduledRun`` travels as one tagged JSON object in ``args``, so any Celery
+    serializer (json, msgpack, yaml, pickle) carries it; the receiving task turns it back into
+    a ``ScheduledRun`` before calling the body.
+    """
+    return [{SCHEDULED_RUN_TAG: 1, **run.to_json()}], {}, {}
+
+
+def decode_args(args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
+    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``."""
+    return tuple(
+        ScheduledRun.from_json(arg) if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg else arg
+        for arg in args
+    )
+
+
+class DurableTaskMixin:
+    """What makes a Celery task durable; combined with the app's task class."""
+
+    __durable__ = True
+    durable: Durable
+    # The broker redelivers the message of a worker that died mid-run (W1): replay is safe.
+    acks_late = True
+    reject_on_worker_lost = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        task: Any = self
+        return deliver(task, args, kwargs, self._body)
+
+    def _body(self, *args: Any, **kwargs: Any) -> Any:
+        parent_call = super().__call__  # type: ignore[misc]
+        if getattr(parent_call, "__func__", None) is Task.__call__:
+            # Task.__call__ would push a second request without the task id; the tracer has
+            # pushed the real one already.
+            return self.run(*args, **kwargs)  # type: ignore[attr-defined]
+        return parent_call(*args, **kwargs)
 
 
 def durable_task_base(durable: Durable) -> type:
@@ -43,18 +129,310 @@ def durable_task_base(durable: Durable) -> type:
     base: type = durable.app.Task
     return type(
         "DurableTask",
-        (base,),
-        {
-            "__durable__": True,
-            "acks_late": True,
-            "reject_on_worker_lost": True,
-            "__module__": __name__,
-        },
+        (DurableTaskMixin, base),
+        {"durable": durable, "__module__": __name__},
     )
 
 
 def make_durable_task(durable: Durable, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
-    """Register ``fun`` as a durable Celery task."""
+    """Register ``fun`` as a durable Celery task (every Celery task option passes through)."""
     options = dict(options)
     options.setdefault("base", durable.task_base)
+    # A durable task belongs to this Durable's journal: do not copy it into other apps
+    # (Celery's default ``shared=True`` would, with this app's task class and journal).
+    options.setdefault("shared", False)
     return durable.app.task(**options)(fun)
+
+
+def short_sleep_limit(app: Any) -> float:
+    """Longest wait sent back by a broker countdown: ``durable_short_sleep`` (60 s), kept under
+    half of Redis' visibility timeout, which would otherwise redeliver the waiting message."""
+    limit = float(app.conf.get("durable_short_sleep") or DEFAULT_SHORT_SLEEP)
+    options = app.conf.get("broker_transport_options") or {}
+    visibility = options.get("visibility_timeout") if isinstance(options, Mapping) else None
+    if visibility:
+        limit = min(limit, float(visibility) / 2)
+    return limit
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def owner_alive(owner: str) -> bool:
+    """False only when ``owner`` ran on this host in a process that no longer exists.
+
+    A worker killed mid-run leaves a live-looking claim until its lease passes. When the
+    broker redelivers its message to a worker on the same host, the dead process is seen at
+    once and the run is taken over without waiting for the lease. Claims from other hosts
+    are trusted until their lease passes.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def deliver(
+    task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], body: Callable[..., Any]
+) -> Any:
+    """Run one delivery of a durable task's message (the task's ``__call__``)."""
+    request = task.request
+    run_id = request.id
+    if run_id is None or request.called_directly:
+        # A plain function call, not a Celery execution: no run, steps are plain calls.
+        return body(*decode_args(args), **kwargs)
+    eager = bool(request.is_eager)
+    while True:
+        try:
+            return _deliver_once(task, run_id, args, kwargs, body, eager)
+        except Suspend as suspend:
+            until = suspend.until
+        except _Later as later:
+            until = later.until
+        durable: Durable = task.durable
+        now = durable.now()
+        wait = None if until is None else max(0.0, (until - now).total_seconds())
+        if eager:
+            # apply(): nobody would send the task again, so wait here and look again.
+            time.sleep(min(_EAGER_POLL, wait) if wait is not None else _EAGER_POLL)
+            continue
+        if wait is not None and wait <= short_sleep_limit(task.app):
+            raise _send_again(task, wait)
+        # Long (or signal) waits: the run's row tells the dispatcher when to send it again.
+        return None
+
+
+def _send_again(task: Any, countdown: float) -> CeleryRetry:
+    """Publish the same message again (same task id) with a countdown; return the Celery
+    ``Retry`` to raise, which makes the worker acknowledge this delivery. Unlike
+    ``task.retry`` it has no retry limit: a durable run may sleep any number of times."""
+    signature = task.signature_from_request(task.request, countdown=countdown)
+    signature.apply_async()
+    return CeleryRetry(f"durable run waits {countdown:.3f} s", when=countdown, sig=signature)
+
+
+class _Later(Exception):
+    def __init__(self, until: datetime | None) -> None:
+        super().__init__(until)
+        self.until = until
+
+
+def _deliver_once(
+    task: Any,
+    run_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    body: Callable[..., Any],
+    eager: bool,
+) -> Any:
+    durable: Durable = task.durable
+    journal = durable.journal
+    stream = run_stream(run_id)
+    state = fold(journal.read_stream(stream))
+    owner = _owner()
+    run = RunContext(
+        durable,
+        run_id=run_id,
+        task=task.name,
+        owner=owner,
+        state=state,
+        short_sleep=short_sleep_limit(task.app),
+        eager=eager,
+    )
+    for _ in range(_CLAIM_ATTEMPTS):
+        now = durable.now()
+        decision = on_delivery(state, now, owner_alive)
+        if isinstance(decision, Ended):
+            log.info("run %s has ended already; returning its stored outcome", run_id)
+            return raise_for(run_id, decision.outcome)
+        if isinstance(decision, Busy):
+            limit = run.short_sleep
+            if (decision.until - now).total_seconds() <= limit:
+                raise _Later(decision.until)
+            log.info(
+                "run %s is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
+            )
+            return None
+        if isinstance(decision, NotYet):
+            raise _Later(decision.until)
+        if isinstance(decision, Proceed):
+            try:
+                _claim(run, task, args, kwargs, now)
+            except AppendConflict:
+                fold(journal.read_stream(stream, state.version), state)
+                continue
+            break
+    else:
+        raise DurableError(f"run {run_id!r}: could not claim it ({_CLAIM_ATTEMPTS} conflicts)")
+    return _execute(run, args, kwargs, body)
+
+
+def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) -> None:
+    claim, until = run.claim_event(now)
+    events = []
+    row = claim_row(run.owner, until)
+    if not run.state.started:
+        check_json_value(list(args), f"the arguments of run {run.run_id!r}", error=DurableError)
+        check_json_value(
+            dict(kwargs), f"the keyword arguments of run {run.run_id!r}", error=DurableError
+        )
+        message = message_json(args, kwargs, _options_of(task.request))
+        events.append(run.event(RUN_STARTED, task=task.name, **message))
+        row.update(task=task.name, message=message)
+    events.append(claim)
+    version = run.state.version
+    with run.journal.transaction() as conn:
+        from celery_durable.journal import Append
+        from celery_durable.runs import RunStore
+
+        run.journal.append_in(
+            conn, [Append(stream=run.stream, expected_version=version, events=events)]
+        )
+        RunStore.save_in(conn, run.run_id, now=now, **row)
+    for offset, new in enumerate(events, start=1):
+        from celery_durable.replay import apply
+
+        apply(run.state, version + offset, new.type, new.data)
+    run.lease_until = until
+
+
+def _options_of(request: Any) -> dict[str, Any]:
+    """Routing kept for a re-send: the queue (routing key) and priority of this delivery."""
+    info = getattr(request, "delivery_info", None) or {}
+    options: dict[str, Any] = {}
+    if info.get("routing_key"):
+        options["queue"] = info["routing_key"]
+    if info.get("priority") is not None:
+        options["priority"] = info["priority"]
+    return options
+
+
+def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) -> Any:
+    token = run.activate()
+    try:
+        try:
+            value = body(*decode_args(args), **kwargs)
+        except (Suspend, LostClaim, CeleryRetry, Ignore, Reject):
+            raise
+        except Park:
+            _park(run)
+        except Exception as exc:
+            if run.mismatch is not None:
+                _park(run)
+            if run.state.cancel_requested:
+                _end(run, RUN_CANCELLED, CANCELLED, {})
+            else:
+                _end(
+                    run, RUN_FAULTED, FAULTED,
+                    {
+                        "error_type": type_name(type(exc)),
+                        "message": str(exc),
+                        "failure": getattr(exc, "kind", None)
+                        if isinstance(exc, DurableError)
+                        else None,
+                    },
+                )  # fmt: skip
+            raise
+        if run.mismatch is not None:
+            _park(run)
+        left = unreached(run.state, run.position)
+        if left is not None:
+            from celery_durable.replay import Mismatch
+
+            run.mismatch = Mismatch(run.position, (left.name, left.kind), ("(end of body)", "end"))
+            _park(run)
+        try:
+            check_json_value(
+                value,
+                f"the result of run {run.run_id!r}",
+                max_bytes=run.max_bytes,
+                error=DurableError,
+            )
+        except DurableError as exc:
+            _end(
+                run,
+                RUN_FAULTED,
+                FAULTED,
+                {"error_type": type_name(TypeError), "message": str(exc), "failure": None},
+            )
+            raise
+        _end(run, RUN_FINISHED, FINISHED, {"result": value})
+        return value
+    except LostClaim:
+        log.warning("run %s was claimed by another delivery; this one stops (W8)", run.run_id)
+        return None
+    finally:
+        run.deactivate(token)
+
+
+def _end(run: RunContext, type_: str, status: str, data: dict[str, Any]) -> None:
+    run.lease_until = None
+    run.append(
+        [run.event(type_, **data)],
+        {"status": status, "owner": None, "lease_until": None, "wake_at": None},
+    )
+
+
+def _park(run: RunContext) -> None:
+    mismatch = run.mismatch
+    if mismatch is None:  # pragma: no cover - callers check
+        raise DurableError("park without a mismatch")
+    data = {
+        "position": mismatch.position,
+        "expected": {"name": mismatch.expected[0], "kind": mismatch.expected[1]},
+        "found": {"name": mismatch.found[0], "kind": mismatch.found[1]},
+        "message": str(mismatch),
+    }
+    if run.state.parked != {"v": 1, **data}:
+        _end(run, RUN_PARKED, PARKED, data)
+    raise RunParked(
+        str(mismatch),
+        run_id=run.run_id,
+        position=mismatch.position,
+        expected=mismatch.expected,
+        found=mismatch.found,
+    )
+
+
+def stored_outcome(state: RunState) -> Outcome | None:
+    """The outcome of a run's state, a parked run reported as ``Faulted`` (kind ``parked``)."""
+    if state.outcome is not None:
+        return state.outcome
+    if state.parked is not None:
+        return Faulted(
+            str(state.parked.get("message", "")), "celery_durable.errors.RunParked", "parked"
+        )
+    return None
+
+
+__all__ = [
+    "SCHEDULED_RUN_TAG",
+    "DurableTaskMixin",
+    "Finished",
+    "ScheduledRun",
+    "decode_args",
+    "deliver",
+    "durable_task_base",
+    "make_durable_task",
+    "scheduled_message",
+    "stored_outcome",
+]

@@ -1,0 +1,284 @@
+"""The context of one delivery of a durable run: its in-memory state and its journal writes.
+
+One :class:`RunContext` exists per delivery of a run's message. It reads the run's stream once,
+keeps the stream's version in memory, and appends each step's event at that version, so a step
+costs one INSERT and one COMMIT and no read. The ``(stream, version)`` constraint makes a second
+delivery that claimed the run meanwhile (or a signal sent from outside) show up as an
+``AppendConflict``: the context then reads what was added, and either carries on (a signal, a
+cancel request) or stops without storing anything (another delivery owns the run: W8).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.codec import time_to_json
+from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.ids import idempotency_key, run_stream
+from celery_durable.journal import Append, NewEvent
+from celery_durable.replay import (
+    FORMAT,
+    RUN_CLAIMED,
+    RUN_SUSPENDED,
+    Mismatch,
+    Position,
+    RunState,
+    apply,
+    fold,
+    stored_at,
+)
+from celery_durable.runs import RUNNING, SUSPENDED, RunStore
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+log = logging.getLogger("celery_durable.runs")
+
+_MAX_CONFLICTS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """What a running step may know about itself (W2, S4)."""
+
+    run_id: str
+    position: int
+    attempt: int
+    idempotency_key: str
+    task: str
+
+
+class Suspend(BaseException):
+    """Give the worker back until ``until`` (``None``: until a signal or cancel arrives).
+
+    A ``BaseException`` so that ``except Exception`` in a body does not swallow it.
+    """
+
+    def __init__(self, until: datetime | None) -> None:
+        super().__init__(until)
+        self.until = until
+
+
+class LostClaim(BaseException):
+    """Another delivery owns the run now: stop without storing anything (W8)."""
+
+
+class Changed(Exception):
+    """Events stored by others meanwhile change the decision: decide again."""
+
+
+class Park(BaseException):
+    """The body is not the one that wrote the journal (W6): park the run."""
+
+    def __init__(self, mismatch: Mismatch) -> None:
+        super().__init__(str(mismatch))
+        self.mismatch = mismatch
+
+
+_RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "celery_durable_run", default=None
+)
+
+
+def current_run() -> RunContext | None:
+    """The durable run executing in this thread, or ``None`` outside a durable task."""
+    return _RUN.get()
+
+
+def step_context() -> StepContext:
+    """The running step's run ID, position, attempt (1-based) and idempotency key (W2, S4).
+
+    Raises :class:`DurableError` outside a durable step.
+    """
+    run = _RUN.get()
+    step = None if run is None else run.step
+    if step is None:
+        raise DurableError("step_context() is only available inside a durable step")
+    return step
+
+
+class RunContext:
+    """The state and the writes of one delivery of one durable run."""
+
+    def __init__(
+        self,
+        durable: Durable,
+        *,
+        run_id: str,
+        task: str,
+        owner: str,
+        state: RunState,
+        short_sleep: float,
+        eager: bool,
+    ) -> None:
+        self.durable = durable
+        self.journal = durable.journal
+        self.run_id = run_id
+        self.task = task
+        self.stream = run_stream(run_id)
+        self.owner = owner
+        self.state = state
+        self.lease = durable.config.run_lease
+        self.max_bytes = durable.config.max_input_bytes
+        self.short_sleep = short_sleep
+        self.eager = eager
+        self.lease_until: datetime | None = None
+        self.position = 0
+        self.step: StepContext | None = None
+        self.in_step = False
+        self.mismatch: Mismatch | None = None
+
+    # -- activation ------------------------------------------------------------------------
+
+    def activate(self) -> contextvars.Token[RunContext | None]:
+        return _RUN.set(self)
+
+    @staticmethod
+    def deactivate(token: contextvars.Token[RunContext | None]) -> None:
+        _RUN.reset(token)
+
+    def now(self) -> datetime:
+        return self.durable.now()
+
+    # -- positions ---------------------------------------------------------------------------
+
+    def reach(self, name: str, kind: str) -> tuple[int, Position | None]:
+        """Take the next position and return what the journal holds there (W6 check)."""
+        position = self.position
+        self.position += 1
+        try:
+            return position, stored_at(self.state, position, name, kind)
+        except Mismatch as mismatch:
+            self.mismatch = mismatch
+            raise Park(mismatch) from None
+
+    def key(self, position: int) -> str:
+        return idempotency_key(self.task, self.run_id, position)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def event(self, type_: str, position: int | None = None, **data: Any) -> NewEvent:
+        body: dict[str, Any] = {"v": FORMAT}
+        if position is not None:
+            body["position"] = position
+        body.update(data)
+        return NewEvent(type=type_, data=body)
+
+    def claim_event(self, now: datetime) -> tuple[NewEvent, datetime]:
+        until = now + timedelta(seconds=self.lease)
+        return (
+            self.event(RUN_CLAIMED, owner=self.owner, lease_until=time_to_json(until)),
+            until,
+        )
+
+    def append(
+        self,
+        events: Sequence[NewEvent],
+        row: dict[str, Any] | None = None,
+        *,
+        abort_if: Callable[[], bool] | None = None,
+    ) -> None:
+        """Append ``events`` at the version in memory; fold them into the state.
+
+        ``row``: values for the run's row in ``celery_durable_runs``, written in the same
+        transaction. The lease is renewed in the same commit once half of it has passed.
+        Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
+        :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
+        """
+        for _ in range(_MAX_CONFLICTS):
+            now = self.now()
+            batch = list(events)
+            values = None if row is None else dict(row)
+            renewing = self.lease_until is not None and now >= self.lease_until - timedelta(
+                seconds=self.lease / 2
+            )
+            if renewing:
+                claim, until = self.claim_event(now)
+                batch.append(claim)
+                values = values or {}
+                values.setdefault("lease_until", until)
+                values.setdefault("owner", self.owner)
+            try:
+                version = self._write(batch, values, now)
+            except AppendConflict:
+                self.catch_up()
+                if abort_if is not None and abort_if():
+                    raise Changed() from None
+                continue
+            start = self.state.version
+            for offset, new in enumerate(batch, start=1):
+                apply(self.state, start + offset, new.type, new.data)
+            self.state.version = version
+            if renewing:
+                self.lease_until = self.state.claim.lease_until if self.state.claim else None
+            return
+        raise DurableError(f"run {self.run_id!r}: too many concurrent writers to its journal")
+
+    def _write(self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime) -> int:
+        if values is None:
+            return self.journal.append(self.stream, self.state.version, batch)
+        with self.journal.transaction() as conn:
+            append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
+            version = self.journal.append_in(conn, [append])[0]
+            RunStore.save_in(conn, self.run_id, now=now, **values)
+        return version
+
+    def catch_up(self) -> None:
+        """Fold what others appended; raise :class:`LostClaim` if the run is no longer ours."""
+        fold(self.journal.read_stream(self.stream, self.state.version), self.state)
+        claim = self.state.claim
+        if claim is None or claim.owner != self.owner or self.state.ended:
+            raise LostClaim()
+
+    # -- suspending ------------------------------------------------------------------------
+
+    def suspend(
+        self,
+        until: datetime | None,
+        reason: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        wait: str | None = None,
+    ) -> Suspend:
+        """Store ``events`` and a ``RunSuspended`` (releasing the claim); return the
+        :class:`Suspend` to raise. Short waits come back by a broker countdown; the run's
+        row tells the dispatcher when to send it again (at once for long waits, one lease
+        later for short ones, in case the countdown message is lost)."""
+        now = self.now()
+        wake_at = until
+        if until is not None and (until - now).total_seconds() <= self.short_sleep:
+            wake_at = until + timedelta(seconds=self.lease)
+        suspended = self.event(
+            RUN_SUSPENDED,
+            until=None if until is None else time_to_json(until),
+            reason=reason,
+            wait=wait,
+        )
+        saved_lease = self.lease_until
+        self.lease_until = None  # no renewal on the suspension itself
+        try:
+            self.append(
+                [*events, suspended],
+                {"status": SUSPENDED, "wake_at": wake_at, "owner": None, "lease_until": None},
+                abort_if=lambda: self.must_wake(wait),
+            )
+        except BaseException:
+            self.lease_until = saved_lease
+            raise
+        return Suspend(until)
+
+    def must_wake(self, wait: str | None) -> bool:
+        """Whether something stored meanwhile (a cancel request, the awaited signal) means
+        the run must not go to sleep."""
+        state = self.state
+        return state.cancel_pending or (wait is not None and state.pending_signal(wait) is not None)
+
+
+def claim_row(owner: str, lease_until: datetime) -> dict[str, Any]:
+    """The run row of a freshly claimed run."""
+    return {"status": RUNNING, "owner": owner, "lease_until": lease_until, "wake_at": None}

@@ -1,0 +1,159 @@
+"""Talking to durable runs from outside (W4, W7): outcomes, results, cancel and signals.
+
+Everything here reads the run's journal stream, never a Celery result backend. Writes are
+appends at the version read, so a signal or a cancel request racing with the run's own events
+is ordered by the journal: a signal appended after the run ended cannot exist.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.codec import check_json_value
+from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.ids import run_stream
+from celery_durable.journal import NewEvent
+from celery_durable.outcomes import Outcome, raise_for
+from celery_durable.replay import (
+    FORMAT,
+    RUN_CANCEL_REQUESTED,
+    SIGNAL_RECEIVED,
+    RunState,
+    fold,
+    parked_outcome,
+)
+from celery_durable.runs import Resend
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+_ATTEMPTS = 50
+
+
+class RunEnded(DurableError):
+    """The run has ended: it takes no more signals or cancel requests."""
+
+
+def _read(durable: Durable, run_id: str, state: RunState | None = None) -> RunState:
+    state = state if state is not None else RunState()
+    return fold(durable.journal.read_stream(run_stream(run_id), state.version), state)
+
+
+def outcome_of(state: RunState) -> Outcome | None:
+    """The outcome recorded in ``state`` (a parked run counts as ``Faulted``, kind ``parked``)."""
+    return state.outcome if state.outcome is not None else parked_outcome(state)
+
+
+def outcome(durable: Durable, run_id: str, timeout: float | None = None) -> Outcome:
+    """Wait for the run to end and return ``Finished``, ``Faulted`` or ``Cancelled`` (W7).
+
+    ``timeout=None`` waits for ever. Raises ``TimeoutError`` when the time passes, and
+    ``LookupError`` when by then the run has never started.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    state = RunState()
+    pause = 0.02
+    while True:
+        state = _read(durable, run_id, state)
+        found = outcome_of(state)
+        if found is not None:
+            return found
+        if deadline is not None and time.monotonic() >= deadline:
+            if not state.started:
+                raise LookupError(f"no durable run {run_id!r} has started")
+            raise TimeoutError(f"run {run_id!r} did not end within {timeout:g} s")
+        remaining = None if deadline is None else deadline - time.monotonic()
+        time.sleep(max(0.0, min(pause, remaining if remaining is not None else pause)))
+        pause = min(pause * 1.5, 0.5)
+
+
+def result(durable: Durable, run_id: str, timeout: float | None = None) -> Any:
+    """The value of a finished run; raises ``RunFaulted``/``RunCancelled`` (W7)."""
+    return raise_for(run_id, outcome(durable, run_id, timeout))
+
+
+def _append(durable: Durable, run_id: str, make: Any) -> tuple[RunState, bool]:
+    """Append ``make(state)`` (a NewEvent or ``None``) at the version read; retry on conflict."""
+    stream = run_stream(run_id)
+    state = _read(durable, run_id)
+    for _ in range(_ATTEMPTS):
+        new = make(state)
+        if new is None:
+            return state, False
+        try:
+            durable.journal.append(stream, state.version, [new])
+        except AppendConflict:
+            state = _read(durable, run_id, state)
+            continue
+        return state, True
+    raise DurableError(f"run {run_id!r}: too many concurrent writers to its journal")
+
+
+def _wake(durable: Durable, state: RunState, run_id: str) -> None:
+    message = state.message
+    if message is None or not message.get("task"):
+        return
+    Resend(
+        run_id=run_id,
+        task=message["task"],
+        args=list(message.get("args") or ()),
+        kwargs=dict(message.get("kwargs") or {}),
+        options=dict(message.get("options") or {}),
+    ).send(durable.app)
+
+
+def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> None:
+    """Store a signal for the run; a run waiting for ``name`` is sent again at once (W4).
+
+    Signals sent before the run reaches its wait (even before it starts) are kept; waits
+    consume them oldest first. Raises :class:`RunEnded` when the run has ended.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("a signal name must be a non-empty str")
+    check_json_value(
+        payload, f"the payload of signal {name!r}", max_bytes=durable.config.max_input_bytes,
+        error=DurableError,
+    )  # fmt: skip
+    now = durable.now()
+
+    def make(state: RunState) -> NewEvent:
+        if state.ended:
+            raise RunEnded(
+                f"run {run_id!r} has ended; it takes no signal ({name!r} refused)",
+                run_id=run_id,
+                signal=name,
+            )
+        from celery_durable.codec import time_to_json
+
+        return NewEvent(
+            type=SIGNAL_RECEIVED,
+            data={"v": FORMAT, "name": name, "payload": payload, "sent_at": time_to_json(now)},
+        )
+
+    state, _ = _append(durable, run_id, make)
+    # The state is exact as of our append: had the run suspended after it, its suspension
+    # would have conflicted with our signal and it would have seen the signal instead.
+    if state.suspended and state.suspended_wait == name:
+        _wake(durable, state, run_id)
+
+
+def cancel(durable: Durable, run_id: str) -> bool:
+    """Ask the run to stop (W7): the body sees ``StepFailed`` (kind ``cancelled``) at the
+    next step it reaches, may run cleanup steps, and ends ``Cancelled`` unless it returns.
+
+    Returns ``False`` when the run had ended already or a cancel was already requested.
+    Raises ``LookupError`` for a run that never started.
+    """
+
+    def make(state: RunState) -> NewEvent | None:
+        if not state.started:
+            raise LookupError(f"no durable run {run_id!r} has started")
+        if state.ended or state.cancel_requested:
+            return None
+        return NewEvent(type=RUN_CANCEL_REQUESTED, data={"v": FORMAT})
+
+    state, stored = _append(durable, run_id, make)
+    if stored and state.suspended:
+        _wake(durable, state, run_id)
+    return stored

@@ -1,0 +1,223 @@
+"""The run table: one queryable row per durable run, for the dispatcher (D8, W4).
+
+The journal stream ``run/<run_id>`` is the truth about a run; the row in
+``celery_durable_runs`` is a summary of it, written in the same transaction as the events that
+change it (a claim, a suspension, an ending), never on an ordinary step. It answers the two
+questions the dispatcher asks without reading any stream:
+
+* :meth:`RunStore.stale` -- runs that were sent or claimed but show no progress: their lease
+  passed (the worker died on a broker that does not redeliver, or the message was lost);
+* :meth:`RunStore.wakeups` -- suspended runs (durable sleep, retry backoff, signal wait with a
+  timeout) whose wake time has come.
+
+Both return :class:`Resend` values, which send the run's message again with the same task id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy.engine import Connection
+
+from celery_durable.codec import dumps
+from celery_durable.journal import SqlJournal
+from celery_durable.journal.schema import runs as runs_table
+
+QUEUED = "queued"
+RUNNING = "running"
+SUSPENDED = "suspended"
+FINISHED = "finished"
+FAULTED = "faulted"
+CANCELLED = "cancelled"
+PARKED = "parked"
+STATUSES = (QUEUED, RUNNING, SUSPENDED, FINISHED, FAULTED, CANCELLED, PARKED)
+"""The values of the ``status`` column (a persistent contract)."""
+
+ACTIVE = (QUEUED, RUNNING)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resend:
+    """What is needed to send a run's message again, with the same task id (S3)."""
+
+    run_id: str
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    """Celery ``apply_async`` options kept from the first delivery (``queue``, ``priority``)."""
+    headers: dict[str, Any] = field(default_factory=dict)
+
+    def send(self, app: Any, **overrides: Any) -> Any:
+        """``app.send_task`` with the run ID as task id; returns Celery's ``AsyncResult``."""
+        options = {**self.options, **overrides}
+        if self.headers:
+            options.setdefault("headers", dict(self.headers))
+        return app.send_task(
+            self.task,
+            args=list(self.args),
+            kwargs=dict(self.kwargs),
+            task_id=self.run_id,
+            **options,
+        )
+
+
+def message_json(
+    args: Any, kwargs: Any, options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The stored form of a run's message (the ``message`` column and ``RunStarted``)."""
+    return {
+        "args": list(args or ()),
+        "kwargs": dict(kwargs or {}),
+        "options": dict(options or {}),
+    }
+
+
+def _resend(row: Any) -> Resend:
+    message = json.loads(row.message) if row.message else {}
+    return Resend(
+        run_id=row.run_id,
+        task=row.task,
+        args=list(message.get("args") or ()),
+        kwargs=dict(message.get("kwargs") or {}),
+        options=dict(message.get("options") or {}),
+        headers=dict(message.get("headers") or {}),
+    )
+
+
+class RunStore:
+    """Reads and writes ``celery_durable_runs``. Cheap to construct; safe to share."""
+
+    def __init__(self, journal: SqlJournal) -> None:
+        self.journal = journal
+
+    # -- for the dispatcher --------------------------------------------------------------
+
+    def record_sent(
+        self,
+        run_id: str,
+        task: str,
+        args: Any,
+        kwargs: Any,
+        *,
+        now: datetime,
+        lease: float,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Note that a run's message was sent: until a worker claims it within ``lease``
+        seconds, :meth:`stale` reports it. A row that exists already is left alone."""
+        with self.journal.transaction() as conn:
+            found = conn.execute(
+                select(runs_table.c.run_id).where(runs_table.c.run_id == run_id)
+            ).first()
+            if found is None:
+                conn.execute(
+                    insert(runs_table).values(
+                        run_id=run_id,
+                        task=task,
+                        status=QUEUED,
+                        owner=None,
+                        lease_until=now + timedelta(seconds=lease),
+                        wake_at=None,
+                        updated_at=now,
+                        message=dumps(message_json(args, kwargs, options)),
+                    )
+                )
+
+    def stale(self, now: datetime, *, limit: int = 100) -> list[Resend]:
+        """Runs sent or claimed whose lease has passed without progress (D8), oldest first."""
+        query = (
+            select(runs_table)
+            .where(runs_table.c.status.in_(ACTIVE), runs_table.c.lease_until <= now)
+            .order_by(runs_table.c.lease_until)
+            .limit(limit)
+        )
+        with self.journal.engine.connect() as conn:
+            self.journal.ensure_ready()
+            return [_resend(row) for row in conn.execute(query)]
+
+    def wakeups(self, now: datetime, *, limit: int = 100) -> list[Resend]:
+        """Suspended runs whose wake time has come (W4), earliest first."""
+        query = (
+            select(runs_table)
+            .where(runs_table.c.status == SUSPENDED, runs_table.c.wake_at <= now)
+            .order_by(runs_table.c.wake_at)
+            .limit(limit)
+        )
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            return [_resend(row) for row in conn.execute(query)]
+
+    def next_wakeup(self) -> datetime | None:
+        """The earliest wake time of a suspended run, or ``None`` (for the dispatcher's sleep)."""
+        from sqlalchemy import func
+
+        query = select(func.min(runs_table.c.wake_at)).where(runs_table.c.status == SUSPENDED)
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            value = conn.execute(query).scalar()
+        return value
+
+    def touched(self, now: datetime, run_id: str) -> None:
+        """Mark a re-sent run as queued again with a fresh lease window (call after a resend)."""
+        with self.journal.transaction() as conn:
+            conn.execute(
+                update(runs_table)
+                .where(
+                    runs_table.c.run_id == run_id,
+                    or_(runs_table.c.status.in_(ACTIVE), runs_table.c.status == SUSPENDED),
+                )
+                .values(updated_at=now)
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def row(self, run_id: str) -> dict[str, Any] | None:
+        """The row of one run as a dict, ``None`` when there is none."""
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            found = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
+        return None if found is None else dict(found._mapping)
+
+    def resend_of(self, run_id: str) -> Resend | None:
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            found = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
+        return None if found is None else _resend(found)
+
+    # -- written by workers, inside their event transaction ----------------------------------
+
+    @staticmethod
+    def save_in(
+        conn: Connection,
+        run_id: str,
+        *,
+        now: datetime,
+        task: str | None = None,
+        message: Mapping[str, Any] | None = None,
+        **values: Any,
+    ) -> None:
+        """Update (or create) the row of ``run_id`` inside ``journal.transaction()``."""
+        values["updated_at"] = now
+        if message is not None:
+            values["message"] = dumps(dict(message))
+        if task is not None:
+            values["task"] = task
+        result = conn.execute(
+            update(runs_table).where(runs_table.c.run_id == run_id).values(**values)
+        )
+        if result.rowcount == 0:
+            values.setdefault("status", RUNNING)
+            values.setdefault("task", task or "")
+            values.setdefault("message", dumps(message_json((), {})))
+            conn.execute(insert(runs_table).values(run_id=run_id, **values))
+
+
+def due_filter(now: datetime) -> Any:
+    """The ``WHERE`` of :meth:`RunStore.wakeups` (exposed for tests and EXPLAIN)."""
+    return and_(runs_table.c.status == SUSPENDED, runs_table.c.wake_at <= now)
