@@ -5,18 +5,25 @@ task is enqueued with a deterministic run ID; durable tasks journal their steps.
 package does nothing else: no connection, no app, no thread.
 """
 
+from celery_durable.context import step_context
 from celery_durable.durable import Durable
 from celery_durable.errors import (
+    AttemptTimeout,
     DurableError,
     InvalidSchedule,
     RunCancelled,
+    RunEnded,
     RunFaulted,
+    RunParked,
     ScheduleConflict,
     StepFailed,
     UnknownTask,
 )
+from celery_durable.helpers import now, random, sleep, uuid4, wait_signal
 from celery_durable.ids import MAX_ID_LENGTH, parse_run_id, run_id
+from celery_durable.outcomes import Cancelled, Faulted, Finished
 from celery_durable.policies import CatchUp, Overlap
+from celery_durable.retry import Retry
 from celery_durable.rules import (
     FRIDAY,
     MONDAY,
@@ -29,7 +36,9 @@ from celery_durable.rules import (
     Daily,
     Every,
     Once,
+    Weekday,
     Weekly,
+    rule_from_json,
 )
 from celery_durable.tasks import ScheduledRun
 from celery_durable.views import RunView, ScheduleView
@@ -43,24 +52,39 @@ __all__ = [
     "THURSDAY",
     "TUESDAY",
     "WEDNESDAY",
+    "AttemptTimeout",
+    "Cancelled",
     "CatchUp",
     "Cron",
     "Daily",
     "Durable",
     "DurableError",
     "Every",
+    "Faulted",
+    "Finished",
     "InvalidSchedule",
     "Once",
     "Overlap",
+    "Retry",
     "RunCancelled",
+    "RunEnded",
     "RunFaulted",
+    "RunParked",
     "RunView",
     "ScheduleConflict",
     "ScheduleView",
     "ScheduledRun",
     "StepFailed",
     "UnknownTask",
+    "Weekday",
     "Weekly",
+    "now",
     "parse_run_id",
+    "random",
+    "rule_from_json",
     "run_id",
+    "sleep",
+    "step_context",
+    "uuid4",
+    "wait_signal",
 ]

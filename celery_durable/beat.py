@@ -18,8 +18,8 @@ from celery.schedules import crontab, schedule, solar
 
 from celery_durable.config import DurableConfig
 from celery_durable.durable import Durable
-from celery_durable.journal.urls import redact
 from celery_durable.errors import DurableError, InvalidSchedule
+from celery_durable.journal.urls import redact
 from celery_durable.policies import CatchUp
 from celery_durable.rules import Cron, Every, Rule
 from celery_durable.schedules import KNOWN_OPTIONS
@@ -134,7 +134,7 @@ class DurableScheduler(Scheduler):
         if imported:
             log.info("durable scheduler: %d beat_schedule entries imported", len(imported))
         self._dispatcher = self._durable.dispatcher()
-        self.data = {}
+        self.data: dict[str, Any] = {}
 
     @property
     def schedule(self) -> dict[str, Any]:

@@ -36,7 +36,9 @@ class Selection:
     """A moment at or after the latest dropped due time, before the first kept one."""
 
 
-def _due_times(rule: Rule, after: datetime, until: datetime, anchor: datetime | None) -> Iterator[datetime]:
+def _due_times(
+    rule: Rule, after: datetime, until: datetime, anchor: datetime | None
+) -> Iterator[datetime]:
     moment = after
     while True:
         due = rule.next_after(moment, anchor=anchor)

@@ -10,7 +10,7 @@ from typing import Any
 from celery_durable.errors import InvalidSchedule
 
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024
-"""Inputs larger than this, encoded as JSON, are refused (configurable: ``durable_max_input_bytes``)."""
+"""Inputs larger than this as JSON are refused (setting ``durable_max_input_bytes``)."""
 
 MAX_NESTING = 100
 """Deeper structures are refused before encoding: they would overflow parsers elsewhere."""
@@ -23,7 +23,9 @@ def dumps(value: Any) -> str:
 
 def canonical(value: Any) -> str:
     """JSON with sorted keys: equal content gives equal text (used for content digests)."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        value, separators=(",", ":"), sort_keys=True, ensure_ascii=True, allow_nan=False
+    )
 
 
 def _depth_ok(value: Any, limit: int) -> bool:
@@ -40,7 +42,11 @@ def _depth_ok(value: Any, limit: int) -> bool:
 
 
 def check_json_value(
-    value: Any, what: str, *, max_bytes: int = DEFAULT_MAX_INPUT_BYTES, error: type = InvalidSchedule
+    value: Any,
+    what: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_INPUT_BYTES,
+    error: type = InvalidSchedule,
 ) -> Any:
     """Return ``value`` when it survives a JSON round trip unchanged and fits ``max_bytes``.
 
@@ -76,7 +82,7 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and math.isnan(a):
         return False
     return bool(a == b)

@@ -34,7 +34,7 @@ class DurableConfig:
     poll_interval: float = 1.0
     """``durable_poll_interval``: how often the dispatcher looks for changes by others (D3)."""
     leader_lease: float = 10.0
-    """``durable_leader_lease``: seconds before a standby dispatcher takes over a silent one (D6)."""
+    """``durable_leader_lease``: seconds before a standby takes over a silent dispatcher (D6)."""
 
     @classmethod
     def from_app(cls, conf: Any, url: str | None = None) -> DurableConfig:
@@ -52,7 +52,9 @@ class DurableConfig:
             url=str(resolved),
             check_interval=_positive(conf, "durable_check_interval", 60.0),
             run_lease=_positive(conf, "durable_run_lease", 300.0),
-            max_input_bytes=int(_positive(conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES)),
+            max_input_bytes=int(
+                _positive(conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES)
+            ),
             sqlite_synchronous=synchronous,
             poll_interval=_positive(conf, "durable_poll_interval", 1.0),
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),

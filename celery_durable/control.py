@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.errors import AppendConflict, DurableError, RunEnded
 from celery_durable.ids import run_stream
 from celery_durable.journal import NewEvent
 from celery_durable.outcomes import Outcome, raise_for
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from celery_durable.durable import Durable
 
 _ATTEMPTS = 50
-
-
-class RunEnded(DurableError):
-    """The run has ended: it takes no more signals or cancel requests."""
 
 
 def _read(durable: Durable, run_id: str, state: RunState | None = None) -> RunState:

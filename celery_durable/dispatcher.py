@@ -19,25 +19,27 @@ import heapq
 import logging
 import os
 import signal
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import EncodeError
+from sqlalchemy.engine import Connection
 
+from celery_durable import signals
 from celery_durable.catchup import recent_due_times
 from celery_durable.codec import time_to_json
 from celery_durable.errors import AppendConflict, DurableError
-from celery_durable import signals
 from celery_durable.events import (
     RunDecided,
     RunFailedToStart,
-    RunsMissed,
     RunSkipped,
+    RunsMissed,
     RunStarted,
     ScheduleEvent,
+    from_stored,
     to_new_event,
 )
 from celery_durable.ids import format_due, run_id, schedule_stream
@@ -51,6 +53,7 @@ from celery_durable.index import (
 )
 from celery_durable.journal import Append
 from celery_durable.lease import Lease, default_owner
+from celery_durable.runs import Resend, RunStore
 from celery_durable.schedule import (
     Command,
     DecideDue,
@@ -61,7 +64,6 @@ from celery_durable.schedule import (
     decide,
     fold_all,
 )
-from celery_durable.events import from_stored
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -137,6 +139,9 @@ class Dispatcher:
         self._missing_logged: dict[str, datetime] = {}
         self._failed_logged: set[str] = set()
         self._broker_down_since: datetime | None = None
+        self._next_resend_check: datetime | None = None
+        self.run_lease = config.run_lease
+        self.runs = RunStore(durable.journal)
 
     # The loop body ----------------------------------------------------------------------------
 
@@ -153,7 +158,31 @@ class Dispatcher:
         due = self._pop_due(now)
         for start in range(0, len(due), CHUNK):
             self._process(due[start : start + CHUNK], now)
+        self._resend_runs(now)
         return self._sleep_after(self.durable.now())
+
+    def _resend_runs(self, now: datetime) -> None:
+        """D8 and W4: send again durable runs that stalled, and those whose sleep is over."""
+        if self._next_resend_check is not None and now < self._next_resend_check:
+            return
+        self._next_resend_check = now + timedelta(seconds=self.poll_interval)
+        resends = self.runs.stale(now) + self.runs.wakeups(now)
+        if not resends:
+            return
+        sent: list[str] = []
+        for resend in resends:
+            if resend.task not in self.app.tasks:
+                continue  # D4: logged at the schedule's due times; the row waits
+            try:
+                resend.send(self.app, retry=False)
+            except Exception as exc:
+                log.warning(
+                    "could not re-send run %s: %s: %s", resend.run_id, type(exc).__name__, exc
+                )
+                break
+            sent.append(resend.run_id)
+            log.info("re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id})
+        self.runs.postpone(sent, now, self.run_lease)
 
     def load(self, now: datetime) -> None:
         """Read the index and the events stored since (C4); nothing is decided before this."""
@@ -217,14 +246,26 @@ class Dispatcher:
             if self._retry_at.get(p.run_id, now) <= now
         ]
         starts: dict[str, list[Command]] = {}
-        for sid, pending, error in self._send(sendable, now):
-            command: Command = (
-                MarkStarted(due=pending.due, now=now)
-                if error is None
-                else MarkFailedToStart(due=pending.due, error=error, now=now)
-            )
+        durable_runs: list[Resend] = []
+        for sid, pending, outcome in self._send(sendable, now):
+            command: Command
+            if isinstance(outcome, str):
+                command = MarkFailedToStart(due=pending.due, error=outcome, now=now)
+            else:
+                command = MarkStarted(due=pending.due, now=now)
+                if outcome is not None:
+                    durable_runs.append(outcome)
             starts.setdefault(sid, []).append(command)
-        self._append(starts, now, rows=True)
+        # Durable runs get their row in the same transaction: the stale-run check (D8) then
+        # re-sends one whose worker never claims it.
+        self._append(
+            starts,
+            now,
+            rows=True,
+            extra=lambda conn: RunStore.record_sent_in(
+                conn, durable_runs, now=now, lease=self.run_lease
+            ),
+        )
         for sid in sids:
             self._watch(sid, self._attention_now(sid, now))
 
@@ -239,7 +280,14 @@ class Dispatcher:
             out.extend(events)
         return out, state
 
-    def _append(self, commands: dict[str, list[Command]], now: datetime, *, rows: bool) -> None:
+    def _append(
+        self,
+        commands: dict[str, list[Command]],
+        now: datetime,
+        *,
+        rows: bool,
+        extra: Callable[[Connection], None] | None = None,
+    ) -> None:
         """Decide and append every schedule's commands in one transaction.
 
         With ``rows``, the index rows of those schedules are written in the same transaction.
@@ -264,6 +312,8 @@ class Dispatcher:
                     journal.append_in(conn, appends)
                     if rows:
                         upsert(conn, [entry_row(state, now) for _, state in decided.values()])
+                    if extra is not None:
+                        extra(conn)
             except AppendConflict as exc:
                 sid = str(getattr(exc, "stream", "")).split("/", 1)[-1]
                 if sid not in decided:
@@ -285,11 +335,15 @@ class Dispatcher:
 
     def _send(
         self, runs: Sequence[tuple[str, PendingRun]], now: datetime
-    ) -> Iterable[tuple[str, PendingRun, str | None]]:
-        """Enqueue runs; yield ``(sid, run, None)`` when sent, ``(…, error)`` when it never can be."""
+    ) -> Iterable[tuple[str, PendingRun, str | Resend | None]]:
+        """Enqueue runs and yield ``(sid, run, outcome)``.
+
+        The outcome is ``None`` for a plain task that was sent, a :class:`Resend` (the message,
+        to record) for a durable task that was sent, the error text for a run that never can be.
+        """
         if not runs:
             return
-        sent: list[tuple[str, PendingRun]] = []
+        sent: list[tuple[str, PendingRun, Resend | None]] = []
         failed: list[tuple[str, PendingRun, str]] = []
         try:
             with self.app.producer_or_acquire() as producer:
@@ -298,14 +352,14 @@ class Dispatcher:
                 with context:
                     for sid, pending in runs:
                         try:
-                            self._publish(sid, pending, producer)
+                            record = self._publish(sid, pending, producer)
                         except TaskMissing as exc:
                             self._log_missing(sid, pending.task, pending.due, now, exc)
                             self._retry_at[pending.run_id] = now + self.retry_delay
                         except PERMANENT_SEND_ERRORS as exc:
                             failed.append((sid, pending, f"{type(exc).__name__}: {exc}"))
                         else:
-                            sent.append((sid, pending))
+                            sent.append((sid, pending, record))
         except Exception as exc:  # the broker is away: nothing of this round counts as sent
             if self._broker_down_since is None:
                 self._broker_down_since = now
@@ -323,9 +377,9 @@ class Dispatcher:
             if self._broker_down_since is not None and sent:
                 log.warning("broker reachable again; enqueueing decided runs")
                 self._broker_down_since = None
-        for sid, pending in sent:
+        for sid, pending, record in sent:
             self._retry_at.pop(pending.run_id, None)
-            yield sid, pending, None
+            yield sid, pending, record
         for sid, pending, error in failed:
             if pending.run_id not in self._failed_logged:
                 self._failed_logged.add(pending.run_id)
@@ -340,11 +394,12 @@ class Dispatcher:
                 )
             yield sid, pending, error
 
-    def _publish(self, sid: str, pending: PendingRun, producer: Any) -> None:
+    def _publish(self, sid: str, pending: PendingRun, producer: Any) -> Resend | None:
         task = self.app.tasks.get(pending.task)
         if task is None:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
-        message = self.message(sid, pending, durable=bool(getattr(task, "__durable__", False)))
+        durable = bool(getattr(task, "__durable__", False))
+        message = self.message(sid, pending, durable=durable)
         task.apply_async(
             message.args,
             message.kwargs,
@@ -353,6 +408,16 @@ class Dispatcher:
             headers=message.headers,
             retry=False,
             **message.options,
+        )
+        if not durable:
+            return None
+        return Resend(
+            run_id=pending.run_id,
+            task=pending.task,
+            args=message.args,
+            kwargs=message.kwargs,
+            options=message.options,
+            headers=message.headers,
         )
 
     @staticmethod
@@ -445,7 +510,8 @@ class Dispatcher:
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)
             return min(nxt, later) if nxt is not None and nxt > now else later
-        candidates = [*waits, *([state.next_due()] if state.next_due() else [])]
+        following = state.next_due()
+        candidates = [*waits, *([following] if following is not None else [])]
         return min(candidates) if candidates else None
 
     def _watch(self, sid: str, when: datetime | None) -> None:
@@ -533,4 +599,6 @@ def _announce(sender: object, sid: str, event: ScheduleEvent) -> None:
             sid, "many" if event.count is None else event.count, time_to_json(event.through),
             extra={"schedule": sid, "count": event.count},
         )  # fmt: skip
-        signals.runs_missed.send(sender=sender, schedule=sid, count=event.count, through=event.through)
+        signals.runs_missed.send(
+            sender=sender, schedule=sid, count=event.count, through=event.through
+        )

@@ -104,13 +104,17 @@ class Durable:
             return check_text(name, "task name")
         if task is None:
             raise InvalidSchedule("task is missing", field="task")
-        raise InvalidSchedule(f"task must be a task name or a Celery task, not {type(task).__name__}")
+        raise InvalidSchedule(
+            f"task must be a task name or a Celery task, not {type(task).__name__}"
+        )
 
     def require_task(self, name: str) -> Any:
         """The registered task called ``name``; ``UnknownTask`` when the app has none (A7)."""
         task = self.app.tasks.get(name)
         if task is None:
-            raise UnknownTask(f"A7: task {name!r} is not registered in app {self.app.main!r}", task=name)
+            raise UnknownTask(
+                f"A7: task {name!r} is not registered in app {self.app.main!r}", task=name
+            )
         return task
 
     def is_durable(self, name: str) -> bool:
@@ -133,7 +137,7 @@ class Durable:
         return lambda fun: make_durable_task(self, fun, options)
 
     def run_ended(self, run_id: str) -> str | None:
-        """``finished``, ``faulted`` or ``cancelled`` once a durable run has ended, else ``None``."""
+        """``finished``, ``faulted`` or ``cancelled`` once a durable run ended, else ``None``."""
         try:
             outcome = self.outcome(run_id, timeout=0)
         except (TimeoutError, LookupError):

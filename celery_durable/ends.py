@@ -26,7 +26,13 @@ def install() -> None:
     signals.task_postrun.connect(_on_postrun, weak=False, dispatch_uid="celery_durable.ends")
 
 
-def _on_postrun(sender: Any = None, task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+def _on_postrun(
+    sender: Any = None,
+    task_id: str | None = None,
+    task: Any = None,
+    state: str | None = None,
+    **_: Any,
+) -> None:
     request = getattr(task, "request", None)
     if request is None or not getattr(request, "durable_track_end", False):
         return

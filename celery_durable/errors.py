@@ -31,11 +31,11 @@ def _rebuild(cls: type[DurableError], message: str, fields: dict[str, Any]) -> D
 
 
 class InvalidSchedule(DurableError, ValueError):
-    """A schedule ID, rule, policy or input breaks a rule of the specification (S1, R1–R8, A1)."""
+    """A schedule ID, rule, policy or input breaks a rule of the specification (S1, R1-R8, A1)."""
 
 
 class ScheduleConflict(DurableError):
-    """The command does not fit the schedule's current state (A1–A4)."""
+    """The command does not fit the schedule's current state (A1-A4)."""
 
 
 class UnknownTask(DurableError, LookupError):
@@ -67,3 +67,11 @@ class RunCancelled(DurableError):
 
 class RunParked(DurableError):
     """A replay met a different step than the one stored at its position (W6)."""
+
+
+class RunEnded(DurableError):
+    """The durable run has ended: it takes no more signals or cancel requests."""
+
+
+class AttemptTimeout(DurableError, TimeoutError):
+    """One attempt of a step ran longer than its policy's ``timeout`` (W3)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from functools import cache, cached_property
 from datetime import datetime
-from typing import Any, ClassVar
+from functools import cache, cached_property
+from typing import Any, ClassVar, cast
 
 from celery_durable.codec import time_from_json, time_to_json
 from celery_durable.errors import JournalError
@@ -183,7 +183,7 @@ _TIME_FIELDS = frozenset({"at", "due", "through"})
 def to_data(event: ScheduleEvent) -> dict[str, Any]:
     """The JSON data of an event (without its type name)."""
     data: dict[str, Any] = {"v": FORMAT}
-    for name in _field_names(type(event)):
+    for name in _field_names(cast(type, type(event))):
         value = getattr(event, name)
         if name in _TIME_FIELDS:
             value = time_to_json(value)
@@ -227,7 +227,7 @@ def from_data(type_name: str, data: Mapping[str, Any]) -> ScheduleEvent:
             elif name == "content":
                 value = Content.from_json(value)
             kwargs[name] = value
-        return cls(**kwargs)  # type: ignore[no-any-return]
+        return cls(**kwargs)
     except (KeyError, TypeError, ValueError) as exc:
         raise JournalError(f"unreadable {type_name} event: {exc}", event_type=type_name) from exc
 

@@ -88,7 +88,9 @@ def parse_due(text: str) -> datetime:
     """The aware UTC datetime of a due time written by :func:`format_due`."""
     match = _RUN_ID_TIME.fullmatch(text)
     if match is None:
-        raise InvalidSchedule(f"S2: {text!r} is not a due time of the form YYYY-MM-DDTHH:MM:SS.fffffffZ")
+        raise InvalidSchedule(
+            f"S2: {text!r} is not a due time of the form YYYY-MM-DDTHH:MM:SS.fffffffZ"
+        )
     year, month, day, hour, minute, second, fraction = match.groups()
     if not fraction.endswith("0"):
         raise InvalidSchedule(f"S2: {text!r} has a precision below one microsecond")
@@ -107,7 +109,7 @@ def run_id(schedule_id: str, due: datetime) -> str:
 
 
 def parse_run_id(text: str) -> tuple[str, datetime]:
-    """Split a run ID into its schedule ID and aware UTC due time; ``InvalidSchedule`` if malformed."""
+    """Split a run ID into schedule ID and aware UTC due time; ``InvalidSchedule`` if malformed."""
     if not isinstance(text, str) or "@" not in text:
         raise InvalidSchedule(f"S2: {text!r} is not a run ID (<schedule>@<due UTC>)")
     schedule_id, _, due = text.rpartition("@")

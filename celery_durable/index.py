@@ -43,7 +43,7 @@ class UnreadableEntry(JournalError):
 
 
 def attention_of(state: ScheduleState) -> datetime | None:
-    """When the dispatcher must next look at a schedule: its oldest unsent run, else its next due."""
+    """When the dispatcher must next look at a schedule: oldest unsent run, else next due."""
     sendable = state.sendable()
     if sendable:
         return min(p.due for p in sendable)
@@ -55,9 +55,7 @@ def stream_schedule_id(stream: str) -> str:
     return stream.split("/", 1)[1]
 
 
-def fold_stored(
-    states: dict[str, ScheduleState], stored: Iterable[StoredEvent]
-) -> set[str]:
+def fold_stored(states: dict[str, ScheduleState], stored: Iterable[StoredEvent]) -> set[str]:
     """Fold journal events into ``states`` (in place), skipping versions already folded.
 
     Returns the IDs of the schedules whose state changed. (The dispatcher folds its own
@@ -108,7 +106,7 @@ class ScheduleIndex:
             return int(conn.execute(select(func.count()).select_from(schedule_index)).scalar() or 0)
 
     def load(self, schedule_ids: Sequence[str] | None = None) -> dict[str, ScheduleState]:
-        """States from the rows (all when ``schedule_ids`` is None); ``UnreadableEntry`` if one fails."""
+        """States from the rows (all of them when ``schedule_ids`` is None); ``UnreadableEntry``."""
         self.journal.ensure_ready()
         query = select(schedule_index.c.schedule_id, schedule_index.c.state)
         found: dict[str, ScheduleState] = {}
@@ -120,9 +118,7 @@ class ScheduleIndex:
                 ids = list(schedule_ids)
                 for start in range(0, len(ids), 500):
                     chunk = ids[start : start + 500]
-                    rows.extend(
-                        conn.execute(query.where(schedule_index.c.schedule_id.in_(chunk)))
-                    )
+                    rows.extend(conn.execute(query.where(schedule_index.c.schedule_id.in_(chunk))))
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
         return found
@@ -165,7 +161,7 @@ class ScheduleIndex:
         return states
 
     def needs_rebuild(self) -> bool:
-        """True when the rows cannot match the position (e.g. the table was dropped and recreated)."""
+        """True when the rows cannot match the position (the table was dropped and recreated)."""
         return self.position() > 0 and self.count() == 0
 
 
@@ -198,10 +194,12 @@ def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
     if insert_for is None:  # pragma: no cover - the journal refuses other dialects
         raise JournalError(f"unsupported dialect {dialect}")
-    stmt = insert_for(table)
+    stmt: Any = insert_for(table)
     stmt = stmt.on_conflict_do_update(
         index_elements=[table.c.schedule_id],
-        set_={c: stmt.excluded[c] for c in ("version", "format", "next_due", "state", "updated_at")},
+        set_={
+            c: stmt.excluded[c] for c in ("version", "format", "next_due", "state", "updated_at")
+        },
         where=table.c.version <= stmt.excluded.version,
     )
     for start in range(0, len(rows), 1000):
@@ -215,7 +213,9 @@ def _set_position(conn: Connection, position: int) -> None:
         .values(position=position)
     ).rowcount
     if not done:
-        exists = conn.execute(select(progress.c.position).where(progress.c.name == PROJECTION)).first()
+        exists = conn.execute(
+            select(progress.c.position).where(progress.c.name == PROJECTION)
+        ).first()
         if exists is None:
             conn.execute(insert(progress).values(name=PROJECTION, position=position))
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
 
 from celery_durable.errors import InvalidSchedule
+
+E = TypeVar("E", bound=Enum)
 
 
 class CatchUp(str, Enum):
@@ -39,14 +42,14 @@ class Overlap(str, Enum):
         return _parse(cls, value, "overlap")
 
 
-def _parse(cls: type, value: object, what: str) -> object:
+def _parse(cls: type[E], value: object, what: str) -> E:
     if isinstance(value, cls):
         return value
     if value is None:
         raise InvalidSchedule(f"{what} is missing", field=what)
     if isinstance(value, str):
-        for member in cls:  # type: ignore[attr-defined]
+        for member in cls:
             if value.lower() in (member.value, member.name.lower()):
                 return member
-    names = ", ".join(m.name for m in cls)  # type: ignore[attr-defined]
+    names = ", ".join(m.name for m in cls)
     raise InvalidSchedule(f"{what} must be one of {names}, not {value!r}", field=what)

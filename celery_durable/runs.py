@@ -16,12 +16,13 @@ Both return :class:`Resend` values, which send the run's message again with the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from celery_durable.codec import dumps
@@ -163,17 +164,56 @@ class RunStore:
             value = conn.execute(query).scalar()
         return value
 
-    def touched(self, now: datetime, run_id: str) -> None:
-        """Mark a re-sent run as queued again with a fresh lease window (call after a resend)."""
+    def postpone(self, run_ids: Sequence[str], now: datetime, lease: float) -> None:
+        """After re-sending runs: look at them again only if nothing happens for ``lease``.
+
+        A re-sent active run gets a new lease; a re-sent suspended run a new fallback wake
+        time (the worker reads the real wake time from the run's journal, so an early copy
+        just goes back to sleep).
+        """
+        if not run_ids:
+            return
+        later = now + timedelta(seconds=lease)
+        ids = list(run_ids)
         with self.journal.transaction() as conn:
             conn.execute(
                 update(runs_table)
-                .where(
-                    runs_table.c.run_id == run_id,
-                    or_(runs_table.c.status.in_(ACTIVE), runs_table.c.status == SUSPENDED),
-                )
-                .values(updated_at=now)
+                .where(runs_table.c.run_id.in_(ids), runs_table.c.status.in_(ACTIVE))
+                .values(lease_until=later, updated_at=now)
             )
+            conn.execute(
+                update(runs_table)
+                .where(runs_table.c.run_id.in_(ids), runs_table.c.status == SUSPENDED)
+                .values(wake_at=later, updated_at=now)
+            )
+
+    @staticmethod
+    def record_sent_in(
+        conn: Connection, sent: Sequence[Resend], *, now: datetime, lease: float
+    ) -> None:
+        """Rows for runs the dispatcher just sent, in its transaction; existing rows stay."""
+        if not sent:
+            return
+        rows = [
+            {
+                "run_id": r.run_id,
+                "task": r.task,
+                "status": QUEUED,
+                "owner": None,
+                "lease_until": now + timedelta(seconds=lease),
+                "wake_at": None,
+                "updated_at": now,
+                "message": dumps(
+                    {**message_json(r.args, r.kwargs, r.options), "headers": dict(r.headers)}
+                ),
+            }
+            for r in sent
+        ]
+        insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[conn.dialect.name]
+        statement: Any = insert_for(runs_table)
+        statement = statement.on_conflict_do_nothing(index_elements=["run_id"])
+        for start in range(0, len(rows), 1000):
+            conn.execute(statement, rows[start : start + 1000])
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -30,8 +30,8 @@ from celery_durable.events import (
     RunDecided,
     RunEnded,
     RunFailedToStart,
-    RunsMissed,
     RunSkipped,
+    RunsMissed,
     RunStarted,
     ScheduleChanged,
     ScheduleCreated,
@@ -311,7 +311,9 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     sid = state.schedule_id
     if isinstance(command, Create):
         if state.deleted:
-            raise ScheduleConflict(f"A4: schedule {sid!r} was deleted; its ID cannot be reused", schedule_id=sid)
+            raise ScheduleConflict(
+                f"A4: schedule {sid!r} was deleted; its ID cannot be reused", schedule_id=sid
+            )
         if state.exists:
             if digest(command.content) == state.created_digest:
                 return []
@@ -362,7 +364,9 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
 def _require_live(state: ScheduleState, verb: str) -> None:
     sid = state.schedule_id
     if not state.exists:
-        raise ScheduleConflict(f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid)
+        raise ScheduleConflict(
+            f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid
+        )
     if state.deleted:
         raise ScheduleConflict(f"cannot {verb} schedule {sid!r}: it was deleted", schedule_id=sid)
 
@@ -413,7 +417,9 @@ def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     )
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
-        events.append(RunsMissed(at=now, through=selection.dropped_through, count=selection.dropped))
+        events.append(
+            RunsMissed(at=now, through=selection.dropped_through, count=selection.dropped)
+        )
     waiting = {p.due for p in state.pending}  # a trigger may have taken this instant already
     runs = tuple(due for due in selection.run if due not in waiting)
     runs = runs if budget is None else runs[:budget]

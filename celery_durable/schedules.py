@@ -7,13 +7,14 @@ again (A8): the journal's unique ``(stream, version)`` makes the loser see the w
 
 from __future__ import annotations
 
+import builtins
 import logging
-from datetime import datetime, timedelta
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule, UnknownTask
+from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
 from celery_durable.events import (
     Content,
     RunDecided,
@@ -25,16 +26,16 @@ from celery_durable.events import (
     from_stored,
     to_new_event,
 )
-from celery_durable.index import UnreadableEntry, fold_stored
 from celery_durable.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.ids import run_id as make_run_id
+from celery_durable.index import UnreadableEntry, fold_stored
 from celery_durable.policies import CatchUp, Overlap
 from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
 from celery_durable.schedule import (
     Change,
-    DecideRun,
     Command,
     Create,
+    DecideRun,
     Delete,
     Pause,
     Resume,
@@ -159,7 +160,7 @@ class Schedules:
         decided = [e for e in events if isinstance(e, RunDecided)]
         return decided[0].run_id
 
-    def backfill(self, id: str, start: datetime, end: datetime) -> list[str]:
+    def backfill(self, id: str, start: datetime, end: datetime) -> builtins.list[str]:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
 
         Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
@@ -175,15 +176,13 @@ class Schedules:
             raise InvalidSchedule("backfill end is before its start")
         store = self._durable._store
 
-        def commands(now: datetime) -> list[Command]:
+        def commands(now: datetime) -> builtins.list[Command]:
             state = store.load(sid)
             if not state.exists or state.deleted:
                 return [DecideRun(due=now, now=now, reason="backfill")]  # raises the conflict
             assert state.content is not None
             until = min(last, now, state.cursor or now)
-            decided = frozenset(
-                e.due for e in store.events(sid) if isinstance(e, RunDecided)
-            )
+            decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
             dues = due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
             return [
                 DecideRun(due=due, now=now, reason="backfill", decided=decided)
@@ -201,12 +200,12 @@ class Schedules:
         state = self._durable._store.load(check_schedule_id(id))
         return view_of(state) if state.exists else None
 
-    def list(self, *, include_deleted: bool = False) -> list[ScheduleView]:
+    def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""
         views = [view_of(s) for s in self._durable._store.load_all() if s.exists]
         return [v for v in views if include_deleted or not v.deleted]
 
-    def runs(self, id: str, *, limit: int | None = None) -> list[RunView]:
+    def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
         """The decided runs of a schedule, newest first (V2)."""
         sid = check_schedule_id(id)
         events = self._durable._store.events(sid)
@@ -230,7 +229,9 @@ class Schedules:
         if rule is None:
             raise InvalidSchedule("rule is missing", field="rule")
         if not isinstance(rule, _RULE_TYPES):
-            raise InvalidSchedule(f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}")
+            raise InvalidSchedule(
+                f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}"
+            )
         policy = CatchUp.parse(catch_up)
         max_bytes = durable.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
@@ -245,7 +246,9 @@ class Schedules:
             options=checked_options,
         )
 
-    def _execute(self, id: str, make: Callable[[Any], Command]) -> list[ScheduleEvent]:
+    def _execute(
+        self, id: str, make: Callable[[Any], Command | Sequence[Command]]
+    ) -> builtins.list[ScheduleEvent]:
         return self._durable._store.execute(id, make)
 
 

@@ -15,9 +15,15 @@ from __future__ import annotations
 
 from celery.utils.dispatch import Signal
 
-run_decided = Signal(name="durable_run_decided", providing_args={"schedule", "run_id", "due", "lag", "reason"})
-run_started = Signal(name="durable_run_started", providing_args={"schedule", "run_id", "due", "lag"})
-run_skipped = Signal(name="durable_run_skipped", providing_args={"schedule", "run_id", "due", "reason"})
+run_decided = Signal(
+    name="durable_run_decided", providing_args={"schedule", "run_id", "due", "lag", "reason"}
+)
+run_started = Signal(
+    name="durable_run_started", providing_args={"schedule", "run_id", "due", "lag"}
+)
+run_skipped = Signal(
+    name="durable_run_skipped", providing_args={"schedule", "run_id", "due", "reason"}
+)
 run_failed_to_start = Signal(
     name="durable_run_failed_to_start", providing_args={"schedule", "run_id", "due", "error"}
 )

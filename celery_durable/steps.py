@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from celery_durable.codec import check_json_value, time_to_json
 from celery_durable.context import Changed, RunContext, StepContext, current_run
-from celery_durable.errors import DurableError, StepFailed
+from celery_durable.errors import AttemptTimeout, DurableError, StepFailed
 from celery_durable.replay import STEP_ATTEMPT_FAILED, STEP_COMPLETED, STEP_FAILED, STEP_STARTED
 from celery_durable.retry import GiveUp, Retry, decide_retry, type_name
 
@@ -31,10 +31,6 @@ INLINE_WAIT = 1.0
 longer ones give the worker back and come back by a broker countdown or the dispatcher."""
 
 FAILURE_KINDS = ("error", "timeout", "cancelled", "not_retryable")
-
-
-class AttemptTimeout(DurableError, TimeoutError):
-    """One attempt of a step ran longer than its policy's ``timeout`` (W3)."""
 
 
 class _NotJson(DurableError, ValueError):

@@ -82,7 +82,10 @@ def test_a1_same_content_compares_with_first_content_even_after_change() -> None
 
 def test_a1_weekly_days_are_normalised_before_comparison() -> None:
     s = created(content(Weekly(["thu", "mon"], time(8), OSLO)))
-    assert s.do(Create(content=content(Weekly(["monday", "thursday", "mon"], "08:00", OSLO)), now=T0)) == []
+    assert (
+        s.do(Create(content=content(Weekly(["monday", "thursday", "mon"], "08:00", OSLO)), now=T0))
+        == []
+    )
 
 
 def test_a1_create_with_other_content_conflicts_and_stores_nothing() -> None:
@@ -115,7 +118,9 @@ def test_daily_decides_each_night_in_utc() -> None:
     s = created()
     assert s.tick(T0 + timedelta(hours=6)) == []
     assert s.state.next_due() == datetime(2026, 11, 3, 1, 0, tzinfo=UTC)
-    assert s.tick(datetime(2026, 11, 3, 1, 0, 0, tzinfo=UTC)) == [datetime(2026, 11, 3, 1, tzinfo=UTC)]
+    assert s.tick(datetime(2026, 11, 3, 1, 0, 0, tzinfo=UTC)) == [
+        datetime(2026, 11, 3, 1, tzinfo=UTC)
+    ]
     assert s.tick(datetime(2026, 11, 3, 1, 0, 5, tzinfo=UTC)) == []
 
 
@@ -129,7 +134,7 @@ def test_every_counts_from_the_anchor() -> None:
 def test_run_decided_carries_run_id_task_and_input() -> None:
     s = created(content(Every(timedelta(seconds=10)), input={"a": 1}, queue="q"))
     s.tick(T0 + timedelta(seconds=10))
-    decided = [e for e in s.log if isinstance(e, RunDecided)][0]
+    decided = next(e for e in s.log if isinstance(e, RunDecided))
     assert decided.run_id == "nightly@2026-11-02T12:00:10.0000000Z"
     assert decided.task == "backup"
     assert decided.input == {"a": 1}
@@ -281,7 +286,12 @@ def test_a4_delete_unknown_conflicts_and_deleted_is_a_no_op() -> None:
 def test_a5_decided_run_stays_pending_across_change_pause_delete() -> None:
     s = created(content(Every(timedelta(seconds=10)), input="old"))
     s.tick(T0 + timedelta(seconds=10))
-    s.do(Change(content=content(Every(timedelta(seconds=10)), input="new"), now=T0 + timedelta(seconds=11)))
+    s.do(
+        Change(
+            content=content(Every(timedelta(seconds=10)), input="new"),
+            now=T0 + timedelta(seconds=11),
+        )
+    )
     s.do(Pause(now=T0 + timedelta(seconds=12)))
     s.do(Delete(now=T0 + timedelta(seconds=13)))
     [pending] = s.state.pending
@@ -331,7 +341,10 @@ def test_r5_future_once_waits_for_its_time() -> None:
 
 def test_r6_max_runs_completes_the_schedule() -> None:
     s = created(content(Every(timedelta(seconds=2), max_runs=3), catch_up=CatchUp.ALL))
-    assert s.tick(T0 + timedelta(seconds=4)) == [T0 + timedelta(seconds=2), T0 + timedelta(seconds=4)]
+    assert s.tick(T0 + timedelta(seconds=4)) == [
+        T0 + timedelta(seconds=2),
+        T0 + timedelta(seconds=4),
+    ]
     assert s.tick(T0 + timedelta(seconds=10)) == [T0 + timedelta(seconds=6)]
     assert s.state.next_due() is None
     assert s.tick(T0 + timedelta(seconds=20)) == []
@@ -340,7 +353,10 @@ def test_r6_max_runs_completes_the_schedule() -> None:
 def test_r6_end_at_bounds_the_due_times() -> None:
     end = T0 + timedelta(seconds=25)
     s = created(content(Every(timedelta(seconds=10), end_at=end), catch_up=CatchUp.ALL))
-    assert s.tick(T0 + timedelta(minutes=5)) == [T0 + timedelta(seconds=10), T0 + timedelta(seconds=20)]
+    assert s.tick(T0 + timedelta(minutes=5)) == [
+        T0 + timedelta(seconds=10),
+        T0 + timedelta(seconds=20),
+    ]
     assert s.state.next_due() is None
 
 

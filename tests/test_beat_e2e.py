@@ -10,6 +10,7 @@ import re
 import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,9 @@ def sink(redis_url: str) -> Iterator[redis.Redis]:
 
 
 def worker_cmd() -> list[str]:
-    return python_command("-m", "celery", "-A", APP, "worker", "--pool=solo", "-l", "INFO", "-n", "w@%h")
+    return python_command(
+        "-m", "celery", "-A", APP, "worker", "--pool=solo", "-l", "INFO", "-n", "w@%h"
+    )
 
 
 def beat_cmd(tmp_path: Path, scheduler: str = "celery_durable.beat:DurableScheduler") -> list[str]:
@@ -65,7 +68,7 @@ def test_beat_sends_consecutive_run_ids(tmp_path: Path, env: dict, sink: redis.R
     dues = [parse_run_id(i) for i in ids]
     assert all(sid == "every-second" for sid, _ in dues)
     assert all(re.fullmatch(r"every-second@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{7}Z", i) for i in ids)
-    steps = {b[1] - a[1] for a, b in zip(sorted(dues), sorted(dues)[1:])}
+    steps = {b[1] - a[1] for a, b in pairwise(sorted(dues))}
     assert steps == {timedelta(seconds=1)}
     assert len(ids) == len(set(ids))
     first = got[0]
@@ -80,7 +83,9 @@ def test_kill_after_decision_before_enqueue_loses_nothing(
     env = env | {"E2E_BEAT": "every"}
     with running_process(worker_cmd(), log_path=tmp_path / "worker.log", env=env) as worker:
         crash_env = env | {"CELERY_DURABLE_TEST_CRASH": "after-decide"}
-        with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat1.log", env=crash_env) as beat:
+        with running_process(
+            beat_cmd(tmp_path), log_path=tmp_path / "beat1.log", env=crash_env
+        ) as beat:
             wait_for(lambda: beat.returncode is not None, timeout=40)
             assert beat.returncode == -signal.SIGKILL
         reader = journal(pg_url)
@@ -90,7 +95,10 @@ def test_kill_after_decision_before_enqueue_loses_nothing(
         assert received(sink) == []
         with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat2.log", env=env) as beat:
             wait_for(
-                lambda: lost <= {m["id"] for m in received(sink)} and len(received(sink)) >= len(lost) + 2,
+                lambda: (
+                    lost <= {m["id"] for m in received(sink)}
+                    and len(received(sink)) >= len(lost) + 2
+                ),
                 timeout=40,
                 processes=[worker, beat],
             )
@@ -107,7 +115,9 @@ def test_existing_beat_schedule_runs_unchanged_with_the_alias(
     env = env | {"E2E_BEAT": "stock"}
     with (
         running_process(worker_cmd(), log_path=tmp_path / "worker.log", env=env) as worker,
-        running_process(beat_cmd(tmp_path, "durable"), log_path=tmp_path / "beat.log", env=env) as beat,
+        running_process(
+            beat_cmd(tmp_path, "durable"), log_path=tmp_path / "beat.log", env=env
+        ) as beat,
     ):
         wait_for(
             lambda: len([m for m in received(sink) if m["args"][:1] == ["interval"]]) >= 2,
@@ -133,22 +143,22 @@ def test_two_beats_one_killed_each_due_time_decided_once(
     tmp_path: Path, env: dict, sink: redis.Redis, pg_url: str
 ) -> None:
     env = env | {"E2E_BEAT": "every", "E2E_LEASE": "3"}
-    with running_process(worker_cmd(), log_path=tmp_path / "worker.log", env=env) as worker:
-        with (
-            running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat1.log", env=env) as one,
-            running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat2.log", env=env) as two,
-        ):
-            wait_for(lambda: len(received(sink)) >= 30, timeout=60, processes=[worker, one, two])
-            leader = one if "taken by" in one.read_log() else two
-            leader.kill()
-            wait_for(lambda: len(received(sink)) >= 60, timeout=60, processes=[worker])
+    with (
+        running_process(worker_cmd(), log_path=tmp_path / "worker.log", env=env) as worker,
+        running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat1.log", env=env) as one,
+        running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat2.log", env=env) as two,
+    ):
+        wait_for(lambda: len(received(sink)) >= 30, timeout=60, processes=[worker, one, two])
+        leader = one if "taken by" in one.read_log() else two
+        leader.kill()
+        wait_for(lambda: len(received(sink)) >= 60, timeout=60, processes=[worker])
     reader = journal(pg_url)
     runs = reader.schedules.runs("every-second")
     reader.close()
     dues = sorted(r.due for r in runs)
     assert len(dues) == len(set(dues)), "a due time was decided twice"
     # CatchUp.ALL: no gap either, even across the takeover.
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(dues, dues[1:]))
+    assert all(b - a == timedelta(seconds=1) for a, b in pairwise(dues))
     ids = [m["id"] for m in received(sink)]
     assert len(set(ids)) >= 60
     duplicates = len(ids) - len(set(ids))

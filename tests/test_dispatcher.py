@@ -6,13 +6,22 @@ import json
 import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 import pytest
-from urllib.parse import urlsplit
 import redis
 from celery import Celery
 
-from celery_durable import CatchUp, Daily, Durable, Every, InvalidSchedule, Once, ScheduleConflict, Weekly
+from celery_durable import (
+    CatchUp,
+    Daily,
+    Durable,
+    Every,
+    InvalidSchedule,
+    Once,
+    ScheduleConflict,
+    Weekly,
+)
 from celery_durable.schedule import DecideDue
 from tests.support.tcpproxy import TcpProxy
 
@@ -42,9 +51,8 @@ class Broker:
 
     def take(self, queue: str = "celery") -> list[dict]:
         """Pop every message of a queue, oldest first (also from kombu's priority sub-lists)."""
-        names = [queue.encode()] + sorted(
-            k for k in self.client.keys(queue + "\x06\x16*") if self.client.type(k) == b"list"
-        )
+        subqueues = self.client.keys(queue + "\x06\x16*")
+        names = [queue.encode(), *sorted(k for k in subqueues if self.client.type(k) == b"list")]
         messages = []
         for name in names:
             while (raw := self.client.rpop(name)) is not None:
@@ -88,7 +96,9 @@ def broker(redis_url: str) -> Broker:
     return Broker(redis_url)
 
 
-def test_every_schedule_enqueues_consecutive_run_ids(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_every_schedule_enqueues_consecutive_run_ids(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("ping", "backup", "/srv", Every(timedelta(seconds=1)))
     dispatcher = durable.dispatcher()
     assert dispatcher.tick() <= 1.0
@@ -107,10 +117,18 @@ def test_every_schedule_enqueues_consecutive_run_ids(durable: Durable, clock: Fa
     assert {r.state for r in runs} == {"started"}
 
 
-def test_plain_task_message_is_what_stock_beat_sends(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_plain_task_message_is_what_stock_beat_sends(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create(
-        "inv", "invoice", None, Every(timedelta(seconds=5)), args=["Ada"], kwargs={"amount": 3},
-        queue="billing", priority=4,
+        "inv",
+        "invoice",
+        None,
+        Every(timedelta(seconds=5)),
+        args=["Ada"],
+        kwargs={"amount": 3},
+        queue="billing",
+        priority=4,
     )
     dispatcher = durable.dispatcher()
     dispatcher.tick()
@@ -129,7 +147,9 @@ def test_plain_task_message_is_what_stock_beat_sends(durable: Durable, clock: Fa
     assert message["properties"]["priority"] == 4
 
 
-def test_input_is_the_single_argument_without_args_option(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_input_is_the_single_argument_without_args_option(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("b", "backup", "/srv", Every(timedelta(seconds=5)))
     d = durable.dispatcher()
     d.tick()
@@ -141,21 +161,29 @@ def test_input_is_the_single_argument_without_args_option(durable: Durable, cloc
     assert json.loads(base64.b64decode(message["body"]))[0] == ["/srv"]
 
 
-def test_c1_latest_three_nights_off_one_backup(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_c1_latest_three_nights_off_one_backup(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
     clock.set(datetime(2026, 11, 5, 9, tzinfo=UTC))
     durable.dispatcher().tick()
     assert broker.ids() == ["nightly@2026-11-05T01:00:00.0000000Z"]
 
 
-def test_c2_all_two_mondays_off_two_invoices_oldest_first(durable: Durable, clock: FakeClock, broker: Broker) -> None:
-    durable.schedules.create("inv", "invoice", "Ada", Weekly(["mon"], "08:00", "Europe/Oslo"), CatchUp.ALL)
+def test_c2_all_two_mondays_off_two_invoices_oldest_first(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
+    durable.schedules.create(
+        "inv", "invoice", "Ada", Weekly(["mon"], "08:00", "Europe/Oslo"), CatchUp.ALL
+    )
     clock.set(datetime(2026, 11, 17, 12, tzinfo=UTC))
     durable.dispatcher().tick()
     assert broker.ids() == ["inv@2026-11-09T07:00:00.0000000Z", "inv@2026-11-16T07:00:00.0000000Z"]
 
 
-def test_c2_all_keeps_the_1000_most_recent(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_c2_all_keeps_the_1000_most_recent(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("fast", "backup", "/srv", Every(timedelta(seconds=1)), CatchUp.ALL)
     clock.advance(seconds=1234)
     durable.dispatcher().tick()
@@ -173,7 +201,9 @@ def test_c3_none_only_on_time(durable: Durable, clock: FakeClock, broker: Broker
     assert broker.ids() == ["n@2026-11-02T12:09:00.0000000Z", "n@2026-11-02T12:09:45.0000000Z"]
 
 
-def test_a2_change_drops_due_times_before_it(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_a2_change_drops_due_times_before_it(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("c", "backup", "a", Every(timedelta(seconds=10)), CatchUp.ALL)
     clock.advance(seconds=35)
     durable.schedules.change("c", "backup", "b", Every(timedelta(seconds=10)), CatchUp.ALL)
@@ -212,7 +242,9 @@ def test_a4_deleted_runs_nothing_more(durable: Durable, clock: FakeClock, broker
     assert broker.ids() == []
 
 
-def test_r5_once_in_the_past_runs_at_next_tick(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_r5_once_in_the_past_runs_at_next_tick(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("o", "backup", "/srv", Once(T0 - timedelta(days=2)), CatchUp.NONE)
     d = durable.dispatcher()
     d.tick()
@@ -224,7 +256,9 @@ def test_r5_once_in_the_past_runs_at_next_tick(durable: Durable, clock: FakeCloc
 
 def test_r6_max_runs_and_end_at(durable: Durable, clock: FakeClock, broker: Broker) -> None:
     durable.schedules.create("m", "backup", "/srv", Every(timedelta(seconds=2), max_runs=3))
-    durable.schedules.create("e", "backup", "/srv", Every(timedelta(seconds=2), end_at=T0 + timedelta(seconds=5)))
+    durable.schedules.create(
+        "e", "backup", "/srv", Every(timedelta(seconds=2), end_at=T0 + timedelta(seconds=5))
+    )
     d = durable.dispatcher()
     seen = []
     for _ in range(6):
@@ -276,7 +310,11 @@ def test_d3_sees_a_schedule_created_by_another_process_at_the_next_tick(
 
 
 def test_d4_unregistered_task_logs_at_each_due_time_and_catches_up(
-    durable: Durable, app: Celery, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+    durable: Durable,
+    app: Celery,
+    clock: FakeClock,
+    broker: Broker,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     durable.schedules.create("gone", "backup", "/srv", Every(timedelta(seconds=10)), CatchUp.ALL)
     task = app.tasks.pop("backup")
@@ -316,12 +354,18 @@ def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
 
 
 def test_broker_down_keeps_the_run_and_retries(
-    journal_url: str, clock: FakeClock, broker: Broker, redis_url: str, caplog: pytest.LogCaptureFixture
+    journal_url: str,
+    clock: FakeClock,
+    broker: Broker,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     parts = urlsplit(redis_url)
     proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
     proxy.restore()
-    app = Celery("outage", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False)
+    app = Celery(
+        "outage", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False
+    )
     app.conf.broker_connection_timeout = 1
 
     @app.task(name="backup", shared=False)
@@ -357,7 +401,9 @@ def test_broker_down_keeps_the_run_and_retries(
         proxy.cut()
 
 
-def test_two_dispatchers_one_leader(durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker) -> None:
+def test_two_dispatchers_one_leader(
+    durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("x", "backup", "/srv", Every(timedelta(seconds=1)))
     first = durable.dispatcher(owner="first")
     second = Durable(app, journal_url, clock=clock).dispatcher(owner="second")
@@ -370,11 +416,16 @@ def test_two_dispatchers_one_leader(durable: Durable, app: Celery, journal_url: 
         seen += broker.ids()
     # The first stops at step 15; the second takes over once the 10 s lease has expired.
     assert len(seen) == len(set(seen))
-    assert seen[:15] == [f"x@{(T0 + timedelta(seconds=s)).strftime('%Y-%m-%dT%H:%M:%S')}.0000000Z" for s in range(1, 16)]
+    assert seen[:15] == [
+        f"x@{(T0 + timedelta(seconds=s)).strftime('%Y-%m-%dT%H:%M:%S')}.0000000Z"
+        for s in range(1, 16)
+    ]
     assert len(seen) >= 15 + 5
 
 
-def test_d9_trigger_starts_one_run_now_outside_the_rule(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_d9_trigger_starts_one_run_now_outside_the_rule(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("t", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
     d = durable.dispatcher()
     d.tick()
@@ -388,7 +439,9 @@ def test_d9_trigger_starts_one_run_now_outside_the_rule(durable: Durable, clock:
     assert [r.reason for r in durable.schedules.runs("t")] == ["trigger"]
 
 
-def test_d9_backfill_decides_missing_due_times_once(durable: Durable, clock: FakeClock, broker: Broker) -> None:
+def test_d9_backfill_decides_missing_due_times_once(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
     durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
     clock.set(datetime(2026, 11, 5, 9, tzinfo=UTC))
     d = durable.dispatcher()

@@ -157,9 +157,15 @@ def test_retry_backoff_and_deadline_across_a_restart(world_factory: Any, pg_url:
     with world.worker():
         outcome = world.durable.outcome(rid, 30)
     assert isinstance(outcome, Faulted) and outcome.kind == "error"
-    times = [row[3] for row in calls(world.calls, "flaky")]
-    assert [row[2] for row in calls(world.calls, "flaky")] == [1, 2, 3]
-    assert times[1] - times[0] >= 1.9 and times[2] - times[1] >= 1.9
+    rows = calls(world.calls, "flaky")
+    times = [row[3] for row in rows]
+    attempts = [row[2] for row in rows]
+    # Attempts count up across the restart; on an idle machine there are three (0 s, 2 s,
+    # 4 s). A slow restart can push the third past the deadline, which the policy must then
+    # refuse: so check the rule itself, measured from the stored first start.
+    assert attempts == list(range(1, len(attempts) + 1)) and len(attempts) >= 2
+    assert all(b - a >= 1.9 for a, b in zip(times, times[1:], strict=False))
+    assert all(t - times[0] <= 5.5 for t in times), "an attempt ran after the deadline"
 
 
 def test_changed_body_parks_the_run(world_factory: Any, pg_url: str) -> None:

@@ -54,8 +54,12 @@ def test_parse_run_id_refuses_malformed(text: str) -> None:
 
 
 @given(
-    st.text(min_size=1, max_size=50).filter(lambda s: s.strip() and "~" not in s and "\x00" not in s),
-    st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
+    st.text(min_size=1, max_size=50).filter(
+        lambda s: s.strip() and "~" not in s and "\x00" not in s
+    ),
+    st.datetimes(
+        min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+    ),
 )
 def test_run_id_round_trip(sid: str, due: datetime) -> None:
     try:

@@ -69,7 +69,7 @@ def test_start_up_reads_only_events_after_the_position(durable: Durable, clock: 
     assert 100 < position <= durable.journal.head("schedule")
     positions_read: list[int] = []
 
-    def spy(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+    def spy(conn, cursor, statement, parameters, context, executemany):
         if "celery_durable_events" in statement and "position >" in statement:
             if isinstance(parameters, dict):  # psycopg: named parameters
                 positions_read.extend(v for k, v in parameters.items() if k.startswith("position"))
@@ -120,7 +120,11 @@ def test_unreadable_row_is_named_and_the_index_rebuilt(
 ) -> None:
     run_history(durable, clock, schedules=2, seconds=3)
     with durable.journal.transaction() as conn:
-        conn.execute(update(schedule_index).where(schedule_index.c.schedule_id == "s1").values(state='{"format": 99}'))
+        conn.execute(
+            update(schedule_index)
+            .where(schedule_index.c.schedule_id == "s1")
+            .values(state='{"format": 99}')
+        )
         # Make the dispatcher read the row: a new event for s1 after the position.
     durable.schedules.pause("s1")
     with caplog.at_level(logging.WARNING):
@@ -139,7 +143,9 @@ def test_state_reads_row_plus_newer_events(durable: Durable, clock: FakeClock) -
     assert view is not None and view.paused and view.runs_decided == 3
 
 
-def test_postgres_out_of_order_commits_are_not_skipped(pg_url: str, app: Celery, clock: FakeClock) -> None:
+def test_postgres_out_of_order_commits_are_not_skipped(
+    pg_url: str, app: Celery, clock: FakeClock
+) -> None:
     """Writer A takes a position and holds its transaction; writer B appends after it.
 
     Without ordering, B would commit first with the higher position, the projection would read
@@ -152,14 +158,19 @@ def test_postgres_out_of_order_commits_are_not_skipped(pg_url: str, app: Celery,
     from celery_durable.events import Content
     from celery_durable.rules import Every as E
 
-    created = ScheduleCreated(at=T0, content=Content(task="noop", input=None, rule=E(timedelta(minutes=1))))
+    created = ScheduleCreated(
+        at=T0, content=Content(task="noop", input=None, rule=E(timedelta(minutes=1)))
+    )
     a_holding = threading.Event()
     release_a = threading.Event()
     b_done = threading.Event()
 
     def writer_a() -> None:
         with durable.journal.transaction() as conn:
-            durable.journal.append_in(conn, [Append(stream="schedule/a", expected_version=0, events=[to_new_event(created)])])
+            durable.journal.append_in(
+                conn,
+                [Append(stream="schedule/a", expected_version=0, events=[to_new_event(created)])],
+            )
             a_holding.set()
             release_a.wait(10)
 

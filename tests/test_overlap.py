@@ -1,4 +1,4 @@
-"""Overlap policies (D7) with a real in-process Celery worker on Redis and a fake dispatcher clock."""
+"""Overlap policies (D7): a real in-process worker on Redis, a fake dispatcher clock."""
 
 from __future__ import annotations
 
@@ -57,9 +57,13 @@ def runs_by_state(durable: Durable, sid: str) -> dict[str, str]:
     return {r.run_id.split("@")[1][11:19]: r.state for r in durable.schedules.runs(sid)}
 
 
-def test_skip_records_the_due_time_while_a_run_goes(setup: tuple[Durable, Celery], clock: FakeClock) -> None:
+def test_skip_records_the_due_time_while_a_run_goes(
+    setup: tuple[Durable, Celery], clock: FakeClock
+) -> None:
     durable, _ = setup
-    durable.schedules.create("o", "slow", None, Every(timedelta(seconds=10)), CatchUp.ALL, overlap=Overlap.SKIP)
+    durable.schedules.create(
+        "o", "slow", None, Every(timedelta(seconds=10)), CatchUp.ALL, overlap=Overlap.SKIP
+    )
     d = durable.dispatcher()
     clock.now += timedelta(seconds=10)
     d.tick()
@@ -68,7 +72,10 @@ def test_skip_records_the_due_time_while_a_run_goes(setup: tuple[Durable, Celery
     d.tick()
     assert runs_by_state(durable, "o") == {"12:00:10": "started", "12:00:20": "skipped"}
     release.set()
-    wait_for(lambda: durable.schedules.state("o") is not None and not durable._store.load("o").running, timeout=15)
+    wait_for(
+        lambda: durable.schedules.state("o") is not None and not durable._store.load("o").running,
+        timeout=15,
+    )
     clock.now += timedelta(seconds=10)
     d.tick()
     wait_for(lambda: len(started) == 2, timeout=15)
@@ -77,10 +84,14 @@ def test_skip_records_the_due_time_while_a_run_goes(setup: tuple[Durable, Celery
         "12:00:20": "skipped",
         "12:00:30": "started",
     }
-    assert [r.outcome for r in durable.schedules.runs("o") if r.state == "started"][-1] == "finished"
+    assert [r.outcome for r in durable.schedules.runs("o") if r.state == "started"][
+        -1
+    ] == "finished"
 
 
-def test_buffer_one_waits_for_the_running_one(setup: tuple[Durable, Celery], clock: FakeClock) -> None:
+def test_buffer_one_waits_for_the_running_one(
+    setup: tuple[Durable, Celery], clock: FakeClock
+) -> None:
     durable, _ = setup
     durable.schedules.create(
         "b", "slow", None, Every(timedelta(seconds=10)), CatchUp.ALL, overlap="buffer_one"
@@ -93,7 +104,11 @@ def test_buffer_one_waits_for_the_running_one(setup: tuple[Durable, Celery], clo
     d.tick()
     clock.now += timedelta(seconds=10)
     d.tick()
-    assert runs_by_state(durable, "b") == {"12:00:10": "started", "12:00:20": "decided", "12:00:30": "skipped"}
+    assert runs_by_state(durable, "b") == {
+        "12:00:10": "started",
+        "12:00:20": "decided",
+        "12:00:30": "skipped",
+    }
     assert len(started) == 1
     release.set()
     wait_for(lambda: not durable._store.load("b").running, timeout=15)

@@ -82,7 +82,13 @@ def test_create_then_state(durable: Durable) -> None:
 def test_create_with_task_object_and_options(durable: Durable, app: Celery) -> None:
     task = app.tasks["backup"]
     durable.schedules.create(
-        "q", task, "/srv", Every(timedelta(minutes=5)), CatchUp.ALL, queue="slow", priority=3,
+        "q",
+        task,
+        "/srv",
+        Every(timedelta(minutes=5)),
+        CatchUp.ALL,
+        queue="slow",
+        priority=3,
         overlap="skip",
     )
     view = durable.schedules.state("q")
@@ -96,7 +102,9 @@ def test_a1_repeated_create_is_idempotent_and_other_content_conflicts(durable: D
     rule = Weekly(["thu", "mon"], "08:00", "Europe/Oslo")
     durable.schedules.create("w", "backup", {"c": "Ada"}, rule, CatchUp.ALL)
     head = stored_events(durable)
-    durable.schedules.create("w", "backup", {"c": "Ada"}, Weekly(["mon", "thu"], "08:00", "Europe/Oslo"), "all")
+    durable.schedules.create(
+        "w", "backup", {"c": "Ada"}, Weekly(["mon", "thu"], "08:00", "Europe/Oslo"), "all"
+    )
     assert stored_events(durable) == head
     with pytest.raises(ScheduleConflict):
         durable.schedules.create("w", "backup", {"c": "Bob"}, rule, CatchUp.ALL)
@@ -184,7 +192,12 @@ def test_a7_unknown_task_is_refused_before_storing(durable: Durable) -> None:
 def test_bad_input_raises_invalid_schedule_and_stores_nothing(
     durable: Durable, kwargs: dict, message: str
 ) -> None:
-    args = {"id": "s", "task": "backup", "input": None, "rule": Every(timedelta(minutes=1))} | kwargs
+    args = {
+        "id": "s",
+        "task": "backup",
+        "input": None,
+        "rule": Every(timedelta(minutes=1)),
+    } | kwargs
     with pytest.raises(InvalidSchedule, match=message):
         durable.schedules.create(**args)
     assert stored_events(durable) == 0

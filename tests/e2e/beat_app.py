@@ -30,7 +30,6 @@ durable = Durable(app)
 _sink = redis.Redis.from_url(os.environ["E2E_SINK"])
 
 
-
 @app.task(name="e2e.tick", bind=True)
 def tick(self, *args: object, **kwargs: object) -> None:
     headers = {k: getattr(self.request, k, None) for k in ("durable_schedule", "durable_due")}
@@ -38,7 +37,6 @@ def tick(self, *args: object, **kwargs: object) -> None:
         "e2e:received",
         json.dumps({"id": self.request.id, "args": args, "kwargs": kwargs, "headers": headers}),
     )
-
 
 
 if os.environ.get("E2E_BEAT") == "every":

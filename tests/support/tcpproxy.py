@@ -9,7 +9,7 @@ import threading
 
 
 class TcpProxy:
-    """Forward ``127.0.0.1:<port>`` to ``target``; ``cut()`` drops every connection and refuses new ones."""
+    """Forward ``127.0.0.1:<port>`` to ``target``; ``cut()`` drops and refuses connections."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)

@@ -1,0 +1,94 @@
+"""The ``celery durable`` command (Celery's ``celery.commands`` plugin entry point) and
+``python -m celery_durable``, which takes ``-A/--app`` itself and offers the same commands.
+
+Commands are documented in docs/cli.md; exit codes in :mod:`celery_durable.cli.common`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from celery_durable.cli.admin import db, index
+from celery_durable.cli.common import DurableGroup, invalid, option, start_session
+from celery_durable.cli.run import run
+from celery_durable.cli.runs import runs
+from celery_durable.cli.schedules import schedules
+
+__all__ = ["durable", "main"]
+
+_COMMANDS = (schedules, runs, run, index, db)
+
+
+def _global_options(fun: Any) -> Any:
+    fun = option(
+        "--traceback", is_flag=True, hidden=True, help="Show the traceback of unexpected errors."
+    )(fun)
+    fun = option(
+        "--json", "as_json", is_flag=True, help="Print JSON instead of tables (any command)."
+    )(fun)
+    return option(
+        "--url",
+        metavar="URL",
+        help="Journal URL; default: app.conf.durable_url, then $CELERY_DURABLE_URL.",
+    )(fun)
+
+
+@click.group(cls=DurableGroup, name="durable")
+@_global_options
+@click.pass_context
+def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool) -> None:
+    """Durable schedules and runs: the journal of celery_durable."""
+    # ctx.obj is Celery's CLIContext under `celery`; invoked on its own, use the current app.
+    app = getattr(ctx.obj, "app", None)
+    if app is None:
+        from celery import current_app
+
+        app = current_app
+    start_session(ctx, app, url, as_json, traceback)
+
+
+@click.group(cls=DurableGroup, name="celery_durable")
+@option(
+    "-A",
+    "--app",
+    "app_name",
+    metavar="MODULE",
+    envvar="CELERY_APP",
+    help="The Celery app, as for 'celery -A' (also $CELERY_APP).",
+)
+@option("--workdir", type=click.Path(file_okay=False), help="Change to this directory first.")
+@_global_options
+@click.pass_context
+def main(
+    ctx: click.Context,
+    app_name: str | None,
+    workdir: str | None,
+    url: str | None,
+    as_json: bool,
+    traceback: bool,
+) -> None:
+    """Durable schedules and runs (the commands of 'celery -A APP durable')."""
+    if workdir:
+        os.chdir(workdir)
+    app = _load_app(app_name) if app_name else None  # required by commands, not by --help
+    start_session(ctx, app, url, as_json, traceback)
+
+
+def _load_app(name: str) -> Any:
+    from celery.app.utils import find_app
+
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `celery -A` does, a module in "." is found
+    try:
+        return find_app(name)
+    except Exception as exc:
+        raise invalid(f"cannot load the Celery app {name!r}: {type(exc).__name__}: {exc}") from None
+
+
+for _command in _COMMANDS:
+    durable.add_command(_command)
+    main.add_command(_command)

@@ -1,0 +1,300 @@
+"""What every ``celery durable`` command shares: the session, errors and exit codes, output.
+
+Exit codes (docs/cli.md): 0 ok, 1 any other error, 2 invalid input, 3 not found, 4 conflict,
+5 the run ended without a value (faulted, cancelled, parked), 6 the run has not ended yet.
+Every error is one line on stderr, ``Error: …``; a traceback only with ``--traceback``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone, tzinfo
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+from zoneinfo import ZoneInfo
+
+import click
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+    from celery_durable.views import ScheduleView
+
+OK = 0
+FAILED = 1
+INVALID = 2
+NOT_FOUND = 3
+CONFLICT = 4
+RUN_NOT_OK = 5
+NOT_ENDED = 6
+
+_META = "celery_durable.cli"
+F = TypeVar("F", bound=Callable[..., Any])
+
+option = partial(click.option, allow_from_autoenv=False)
+"""``click.option`` without automatic environment variables.
+
+``celery`` runs with ``auto_envvar_prefix="CELERY"``, which would turn ``CELERY_DURABLE_URL``
+into ``--url`` and let it override ``app.conf.durable_url``, the reverse of SPEC §8's order.
+"""
+
+
+class CliError(click.ClickException):
+    """An error reported as one ``Error: …`` line with a chosen exit code."""
+
+    def __init__(self, message: str, code: int = FAILED) -> None:
+        super().__init__(one_line(message))
+        self.exit_code = code
+
+
+def invalid(message: str) -> CliError:
+    return CliError(message, INVALID)
+
+
+def not_found(message: str) -> CliError:
+    return CliError(message, NOT_FOUND)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# -- the session: app, Durable, output mode ------------------------------------------------
+
+
+class Session:
+    """Per-invocation state kept in ``ctx.meta``: the app, ``--url``, ``--json``."""
+
+    def __init__(self, app: Any, url: str | None) -> None:
+        self.app = app
+        self.url = url
+        self.json = False
+        self.traceback = False
+        self._durable: Durable | None = None
+        self._own = False
+
+    @property
+    def durable(self) -> Durable:
+        """``Durable.for_app(app)``, or a new ``Durable(app, url)`` when ``--url`` was given."""
+        if self._durable is None:
+            from celery_durable.durable import Durable
+
+            if self.app is None:
+                raise invalid("give the Celery app with -A/--app MODULE (or set CELERY_APP)")
+
+            if self.url is not None:
+                self._durable, self._own = Durable(self.app, self.url), True
+            else:
+                self._durable = Durable.for_app(self.app)
+        return self._durable
+
+    def close(self) -> None:
+        if self._durable is not None and self._own:
+            self._durable.close()
+
+    def secrets(self) -> list[str]:
+        """Passwords of the journal URL, scrubbed from any error message."""
+        from sqlalchemy.engine import make_url
+
+        found = []
+        configured = self.app.conf.get("durable_url") if self.app is not None else None
+        for url in (self.url, configured, os.environ.get("CELERY_DURABLE_URL")):
+            try:
+                password = make_url(url).password if url else None
+            except Exception:
+                continue
+            if password:
+                found.append(str(password))
+        return found
+
+
+def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, tb: bool) -> None:
+    """Called by the ``durable`` group (and ``python -m celery_durable``) before a command."""
+    if url is not None:
+        from celery_durable.errors import JournalError
+        from celery_durable.journal.urls import normalize_url
+
+        try:
+            normalize_url(url)
+        except JournalError as exc:
+            raise invalid(f"--url: {exc}") from None
+    session = Session(app, url)
+    session.json = as_json
+    session.traceback = tb
+    ctx.meta[_META] = session
+    ctx.call_on_close(session.close)
+    library = logging.getLogger("celery_durable")
+    if not library.handlers:
+        # Without a handler Python prints library warnings raw on stderr; the CLI reports
+        # what matters itself. ``-v`` on celery's own logging setup still sees everything.
+        library.addHandler(logging.NullHandler())
+
+
+def session() -> Session:
+    ctx = click.get_current_context()
+    found = ctx.meta.get(_META)
+    if found is None:  # pragma: no cover - the group always sets it
+        raise CliError("the durable command group was not initialised")
+    return found
+
+
+def json_option(fun: F) -> F:
+    """``--json`` on a command: machine-readable output (also accepted before the command)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value and _META in ctx.meta:
+            ctx.meta[_META].json = True
+        return value
+
+    return option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Print JSON (stable keys, UTC times) instead of a table.",
+    )(fun)
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code of a library exception."""
+    from celery_durable.errors import (
+        InvalidSchedule,
+        RunCancelled,
+        RunEnded,
+        RunFaulted,
+        ScheduleConflict,
+        UnknownTask,
+    )
+
+    if isinstance(exc, (InvalidSchedule, json.JSONDecodeError)):
+        return INVALID
+    if isinstance(exc, (ScheduleConflict, RunEnded)):
+        return CONFLICT
+    if isinstance(exc, (UnknownTask, LookupError)):
+        return NOT_FOUND
+    if isinstance(exc, (RunFaulted, RunCancelled)):
+        return RUN_NOT_OK
+    if isinstance(exc, TimeoutError):
+        return NOT_ENDED
+    return FAILED
+
+
+def describe_error(exc: BaseException) -> str:
+    from celery_durable.errors import DurableError
+
+    if isinstance(exc, (DurableError, LookupError, TimeoutError)):
+        text = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
+        return str(text)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class DurableGroup(click.Group):
+    """A group that turns every exception of its commands into one ``Error:`` line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.exceptions.NoArgsIsHelpError):
+            raise
+        except CliError:
+            raise
+        except click.UsageError as exc:
+            hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            raise CliError(exc.format_message() + hint, INVALID) from None
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            current = ctx.meta.get(_META)
+            if current is not None and current.traceback:
+                raise
+            message = describe_error(exc)
+            for secret in current.secrets() if current is not None else ():
+                message = message.replace(secret, "***")
+            raise CliError(message, exit_code_of(exc)) from None
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return utc_json(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Aligned columns, two spaces apart; the last column is not padded."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def fields(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``Label   value`` lines for a detail view (``None`` values left out)."""
+    shown = [(k, v) for k, v in pairs if v is not None and v != ""]
+    width = max((len(k) for k, _ in shown), default=0)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in shown)
+
+
+def utc_json(moment: datetime | None) -> str | None:
+    """ISO 8601 UTC with microseconds and ``Z`` (the JSON form of every time)."""
+    if moment is None:
+        return None
+    from celery_durable.codec import time_to_json
+
+    return time_to_json(moment)
+
+
+def utc_text(moment: datetime | None) -> str:
+    """A time for tables: UTC to the second, ``Z``."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(timezone.utc).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
+
+
+def local_text(moment: datetime | None, zone: str | None) -> str:
+    """A time for tables in ``zone``: ``2026-11-16 02:00:00+01:00 Europe/Oslo``."""
+    if moment is None or zone is None:
+        return "-"
+    local = moment.astimezone(zone_info(zone)).replace(microsecond=0)
+    return f"{local.isoformat(sep=' ')} {zone}"
+
+
+def local_json(moment: datetime | None, zone: str | None) -> str | None:
+    if moment is None or zone is None:
+        return None
+    return moment.astimezone(zone_info(zone)).isoformat()
+
+
+def zone_info(name: str) -> tzinfo:
+    if name in ("UTC", "Etc/UTC"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name)
+    except (ValueError, OSError, KeyError) as exc:
+        raise invalid(f"unknown time zone {name!r}") from exc
+
+
+def display_zone(view: ScheduleView, app: Any) -> str:
+    """The zone a schedule's times are shown in: the rule's, else the app's ``timezone``."""
+    zone = getattr(view.rule, "zone", None)
+    if isinstance(zone, str):
+        return zone
+    configured = app.conf.get("timezone")
+    return str(configured) if configured else "UTC"

@@ -1,0 +1,419 @@
+"""``celery durable schedules …``: list, show, create, change, pause, resume, delete,
+trigger and backfill durable schedules."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from celery_durable.cli import parse
+from celery_durable.cli.common import (
+    DurableGroup,
+    display_zone,
+    emit_json,
+    fields,
+    invalid,
+    json_option,
+    local_json,
+    local_text,
+    not_found,
+    option,
+    session,
+    table,
+    utc_json,
+    utc_text,
+)
+from celery_durable.cli.views import schedule_json, status_of, upcoming
+
+F = Callable[..., Any]
+
+
+@click.group(cls=DurableGroup, name="schedules")
+def schedules() -> None:
+    """Create, change and inspect durable schedules."""
+
+
+def require(schedule_id: str) -> Any:
+    """The schedule's view; exit 3 when it was never created."""
+    view = session().durable.schedules.state(schedule_id)
+    if view is None:
+        raise not_found(f"schedule {schedule_id!r} not found")
+    return view
+
+
+def _print_changed(verb: str, schedule_id: str, changed: bool, view: Any) -> None:
+    current = session()
+    if current.json:
+        emit_json(
+            {
+                "action": verb,
+                "changed": changed,
+                "schedule": None if view is None else schedule_json(view, current.app),
+            }
+        )
+        return
+    done = {"create": "created", "change": "changed", "pause": "paused", "resume": "resumed"}
+    if not changed:
+        click.echo(f"schedule {schedule_id!r} unchanged (already {_already(verb, view)})")
+    else:
+        click.echo(f"schedule {schedule_id!r} {done.get(verb, verb + 'd')}")
+    if view is not None and view.next_due is not None:
+        zone = display_zone(view, current.app)
+        click.echo(f"next due {utc_text(view.next_due)} ({local_text(view.next_due, zone)})")
+
+
+def _already(verb: str, view: Any) -> str:
+    if verb == "pause":
+        return "paused"
+    if verb == "delete":
+        return "deleted"
+    return "so"
+
+
+# -- list and show -------------------------------------------------------------------------------
+
+
+@schedules.command(name="list")
+@option("--all", "show_all", is_flag=True, help="Include deleted schedules.")
+@json_option
+def list_(show_all: bool) -> None:
+    """List schedules with their next due time in UTC and in the schedule's zone."""
+    current = session()
+    views = current.durable.schedules.list(include_deleted=show_all)
+    if current.json:
+        emit_json([schedule_json(v, current.app) for v in views])
+        return
+    if not views:
+        click.echo("No schedules.")
+        return
+    rows = []
+    for view in views:
+        zone = display_zone(view, current.app)
+        rows.append(
+            (
+                view.id,
+                view.task,
+                view.rule.describe(),
+                status_of(view),
+                utc_text(view.next_due),
+                local_text(view.next_due, zone),
+            )
+        )
+    click.echo(table(("ID", "TASK", "RULE", "STATUS", "NEXT DUE (UTC)", "NEXT DUE (LOCAL)"), rows))
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@option(
+    "--next",
+    "count",
+    type=click.IntRange(0, 1000),
+    default=5,
+    show_default=True,
+    help="How many coming due times to show.",
+)
+@option(
+    "--runs",
+    "run_count",
+    type=click.IntRange(0, 1000),
+    default=5,
+    show_default=True,
+    help="How many recent runs to show.",
+)
+@json_option
+def show(schedule_id: str, count: int, run_count: int) -> None:
+    """Show one schedule: its content, status, coming due times and recent runs."""
+    from celery_durable.cli.views import run_json, run_rows, run_state
+
+    current = session()
+    view = require(schedule_id)
+    zone = display_zone(view, current.app)
+    coming = upcoming(view, count)
+    api: Any = current.durable.schedules  # its ``list`` method confuses mypy's view of list[]
+    recent = list(api.runs(schedule_id, limit=run_count or None))[:run_count]
+    statuses = {r.run_id: run_state(current.durable, r) for r in recent}
+    if current.json:
+        data = schedule_json(view, current.app)
+        data["upcoming"] = [{"due": utc_json(d), "due_local": local_json(d, zone)} for d in coming]
+        data["recent_runs"] = [run_json(r, statuses[r.run_id], zone) for r in recent]
+        emit_json(data)
+        return
+    options = ", ".join(f"{k}={_json_text(v)}" for k, v in sorted(view.options.items())) or None
+    click.echo(
+        fields(
+            [
+                ("ID", view.id),
+                ("Task", view.task),
+                ("Rule", view.rule.describe()),
+                ("Zone", zone),
+                ("Status", status_of(view)),
+                ("Catch-up", view.catch_up.value),
+                ("Overlap", view.overlap.value),
+                ("Input", _json_text(view.input)),
+                ("Options", options),
+                ("Created", f"{utc_text(view.created_at)}  ({local_text(view.created_at, zone)})"),
+                ("Anchor", f"{utc_text(view.anchor)}  ({local_text(view.anchor, zone)})"),
+                ("Runs decided", view.runs_decided),
+                ("Runs pending", view.pending or None),
+            ]
+        )
+    )
+    if coming:
+        click.echo("\nNext due times")
+        rows = [(utc_text(d), local_text(d, zone)) for d in coming]
+        click.echo(table(("UTC", "LOCAL"), rows))
+    if recent:
+        click.echo("\nRecent runs")
+        click.echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- create and change ----------------------------------------------------------------------
+
+
+def _content_options(fun: F) -> F:
+    """The options ``create`` and ``change`` share (rule, policies, Celery options)."""
+    decorators = [
+        option("--daily", metavar="HH:MM", help="Every day at this local time (needs --zone)."),
+        option("--weekly", metavar="DAYS@HH:MM",
+               help="On these days at this local time, e.g. mon,thu@08:00 (needs --zone)."),
+        option("--every", metavar="DURATION", help="At a fixed interval: 30s, 5m, 1h30m, 2d."),
+        option("--cron", metavar="EXPR", help='A five-field cron expression, e.g. "0 2 * * *".'),
+        option("--once", metavar="TIME", help="Once, at an ISO 8601 time (2026-12-24T18:00Z)."),
+        option("--zone", metavar="IANA", help="Time zone of the rule and of times without offset."),
+        option("--end-at", metavar="TIME", help="No due time after this instant."),
+        option("--max-runs", metavar="N", help="Complete after N decided runs."),
+        option("--catch-up", type=click.Choice(["latest", "all", "none"], case_sensitive=False),
+               help="Which missed due times run after downtime [default: latest]."),
+        option("--overlap",
+               type=click.Choice(["allow", "skip", "buffer_one"], case_sensitive=False),
+               help="A due time while the previous run goes on [default: allow]."),
+        option("--input", "input_json", metavar="JSON", help="Input handed to a durable task."),
+        option("--queue", metavar="NAME", help="Celery queue of each run's message."),
+        option("--priority", type=click.IntRange(0, 255), metavar="0-255", help="Celery priority."),
+        option("--args", "args_json", metavar="JSON", help="Positional arguments (a JSON list)."),
+        option("--kwargs", "kwargs_json", metavar="JSON",
+               help="Keyword arguments (a JSON object)."),
+    ]  # fmt: skip
+    for decorator in reversed(decorators):
+        fun = decorator(fun)
+    return fun
+
+
+def _bounds(values: dict[str, Any], *, keep: bool) -> tuple[Any, Any]:
+    """``--end-at`` and ``--max-runs``; with ``keep``, absent means ``...`` (keep current)."""
+    absent = ... if keep else None
+    end_text, max_text = values.get("end_at"), values.get("max_runs")
+    zone = values.get("zone")
+    if end_text is None:
+        end_at: Any = absent
+    elif keep and end_text.strip().lower() == "none":
+        end_at = None
+    else:
+        end_at = parse.instant(end_text, "--end-at", zone)
+    if max_text is None:
+        max_runs: Any = absent
+    elif keep and max_text.strip().lower() == "none":
+        max_runs = None
+    else:
+        try:
+            max_runs = int(max_text)
+        except ValueError:
+            raise invalid(f"--max-runs: {max_text!r} is not a whole number") from None
+        if max_runs < 1:
+            raise invalid("--max-runs must be at least 1")
+    return end_at, max_runs
+
+
+def _options(values: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    options = dict(current)
+    if values.get("queue") is not None:
+        options["queue"] = values["queue"]
+    if values.get("priority") is not None:
+        options["priority"] = values["priority"]
+    if values.get("args_json") is not None:
+        options["args"] = parse.json_value(values["args_json"], "--args")
+    if values.get("kwargs_json") is not None:
+        options["kwargs"] = parse.json_value(values["kwargs_json"], "--kwargs")
+    return options
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@click.argument("task")
+@_content_options
+@json_option
+def create(schedule_id: str, task: str, **values: Any) -> None:
+    """Create SCHEDULE_ID starting TASK at each due time of one rule option.
+
+    Creating again with the same content changes nothing; other content is a conflict (4).
+    """
+    current = session()
+    kind = parse.chosen_rule(values)
+    if kind is None:
+        raise invalid("give one rule option: --daily, --weekly, --every, --cron or --once")
+    end_at, max_runs = _bounds(values, keep=False)
+    rule = parse.make_rule(
+        kind, values[kind], zone=values.get("zone"), end_at=end_at, max_runs=max_runs
+    )
+    input_value = (
+        None
+        if values.get("input_json") is None
+        else parse.json_value(values["input_json"], "--input")
+    )
+    api = current.durable.schedules
+    before = api.state(schedule_id)
+    api.create(
+        schedule_id,
+        task,
+        input_value,
+        rule,
+        values.get("catch_up") or "latest",
+        overlap=values.get("overlap") or "allow",
+        **_options(values, {}),
+    )
+    _print_changed("create", schedule_id, before is None, api.state(schedule_id))
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@option("--task", help="The task to start (default: keep the current one).")
+@_content_options
+@json_option
+def change(schedule_id: str, task: str | None, **values: Any) -> None:
+    """Change SCHEDULE_ID; settings not given keep their current value (the zone too).
+
+    Due times at or before the change never run; an --every interval counts from the change.
+    Give 'none' to --end-at or --max-runs to remove the bound.
+    """
+    current = session()
+    view = require(schedule_id)
+    kind = parse.chosen_rule(values)
+    end_at, max_runs = _bounds(values, keep=True)
+    if kind is None:
+        rule = parse.with_bounds(
+            view.rule, zone=values.get("zone"), end_at=end_at, max_runs=max_runs
+        )
+    else:
+        rule = parse.make_rule(
+            kind,
+            values[kind],
+            zone=values.get("zone") or getattr(view.rule, "zone", None),
+            end_at=view.rule.end_at if end_at is ... else end_at,
+            max_runs=view.rule.max_runs if max_runs is ... else max_runs,
+        )
+    input_value = (
+        view.input
+        if values.get("input_json") is None
+        else parse.json_value(values["input_json"], "--input")
+    )
+    current.durable.schedules.change(
+        schedule_id,
+        task or view.task,
+        input_value,
+        rule,
+        values.get("catch_up") or view.catch_up,
+        overlap=values.get("overlap") or view.overlap,
+        **_options(values, dict(view.options)),
+    )
+    after = current.durable.schedules.state(schedule_id)
+    _print_changed(
+        "change", schedule_id, after is not None and after.version != view.version, after
+    )
+
+
+# -- pause, resume, delete ---------------------------------------------------------------------
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@json_option
+def pause(schedule_id: str) -> None:
+    """Pause SCHEDULE_ID: no run starts until it is resumed."""
+    api = session().durable.schedules
+    before = require(schedule_id)
+    api.pause(schedule_id)
+    after = api.state(schedule_id)
+    _print_changed(
+        "pause", schedule_id, after is not None and after.version != before.version, after
+    )
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@json_option
+def resume(schedule_id: str) -> None:
+    """Resume SCHEDULE_ID from the first due time after now (missed ones never run)."""
+    api = session().durable.schedules
+    require(schedule_id)
+    api.resume(schedule_id)
+    _print_changed("resume", schedule_id, True, api.state(schedule_id))
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def delete(schedule_id: str, yes: bool) -> None:
+    """Delete SCHEDULE_ID for good: nothing more runs and the ID can never be used again."""
+    api = session().durable.schedules
+    before = require(schedule_id)
+    if not yes and not before.deleted:
+        if not sys.stdin.isatty():
+            raise invalid("deleting is permanent: pass --yes to confirm")
+        click.confirm(f"Delete schedule {schedule_id!r} for good?", abort=True, err=True)
+    api.delete(schedule_id)
+    after = api.state(schedule_id)
+    _print_changed("delete", schedule_id, not before.deleted, after)
+
+
+# -- trigger and backfill ------------------------------------------------------------------------
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@json_option
+def trigger(schedule_id: str) -> None:
+    """Decide one run of SCHEDULE_ID now, outside its rule; print its run ID.
+
+    The dispatcher (beat) sends it; it does not count toward --max-runs.
+    """
+    current = session()
+    require(schedule_id)
+    run_id = current.durable.schedules.trigger(schedule_id)
+    if current.json:
+        emit_json({"action": "trigger", "schedule_id": schedule_id, "run_id": run_id})
+    else:
+        click.echo(run_id)
+
+
+@schedules.command()
+@click.argument("schedule_id")
+@option("--start", required=True, metavar="TIME", help="First instant of the range (ISO 8601).")
+@option("--end", required=True, metavar="TIME", help="Last instant of the range (ISO 8601).")
+@option("--zone", metavar="IANA", help="Zone of --start/--end when they have no offset.")
+@json_option
+def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
+    """Decide every due time of SCHEDULE_ID in [--start, --end] not decided yet.
+
+    Run IDs are the usual ones, so repeating a backfill adds nothing. Prints the run IDs.
+    """
+    current = session()
+    require(schedule_id)
+    first = parse.instant(start, "--start", zone)
+    last = parse.instant(end, "--end", zone)
+    run_ids = current.durable.schedules.backfill(schedule_id, first, last)
+    if current.json:
+        emit_json({"action": "backfill", "schedule_id": schedule_id, "run_ids": run_ids})
+        return
+    for run_id in run_ids:
+        click.echo(run_id)
+    click.echo(f"{len(run_ids)} run(s) decided", err=True)

@@ -1,0 +1,108 @@
+"""How schedules and runs look on the command line: their JSON forms (stable keys, listed in
+docs/cli.md), status words and table rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from celery_durable.cli.common import (
+    display_zone,
+    local_json,
+    local_text,
+    table,
+    utc_json,
+    utc_text,
+)
+
+
+def status_of(view: Any) -> str:
+    if view.deleted:
+        return "deleted"
+    if view.paused:
+        return "paused"
+    return "complete" if view.complete else "active"
+
+
+def schedule_json(view: Any, app: Any) -> dict[str, Any]:
+    """The stable JSON form of a schedule (keys documented in docs/cli.md)."""
+    zone = display_zone(view, app)
+    return {
+        "id": view.id,
+        "task": view.task,
+        "input": view.input,
+        "rule": view.rule.to_json(),
+        "rule_text": view.rule.describe(),
+        "zone": zone,
+        "catch_up": view.catch_up.value,
+        "overlap": view.overlap.value,
+        "options": dict(view.options),
+        "status": status_of(view),
+        "paused": view.paused,
+        "deleted": view.deleted,
+        "complete": view.complete,
+        "next_due": utc_json(view.next_due),
+        "next_due_local": local_json(view.next_due, zone),
+        "anchor": utc_json(view.anchor),
+        "created_at": utc_json(view.created_at),
+        "runs_decided": view.runs_decided,
+        "pending": view.pending,
+        "version": view.version,
+    }
+
+
+def upcoming(view: Any, count: int) -> list[datetime]:
+    """The next ``count`` due times from the schedule's next one (fewer when bounded)."""
+    due = view.next_due
+    rule = view.rule
+    left = None if rule.max_runs is None else max(rule.max_runs - view.runs_decided, 0)
+    found: list[datetime] = []
+    while due is not None and len(found) < count and (left is None or len(found) < left):
+        found.append(due)
+        due = rule.next_after(due, anchor=view.anchor)
+    return found
+
+
+def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
+    """One word for a run: the schedule's word until a durable run's row says more."""
+    if view is not None and view.state in ("skipped", "failed_to_start"):
+        return str(view.state)
+    if row is not None:
+        return str(row["status"])
+    if view is not None and view.outcome:
+        return str(view.outcome)
+    return str(view.state) if view is not None else "unknown"
+
+
+def run_state(durable: Any, view: Any) -> str:
+    return combined_state(view, durable.runs.row(view.run_id))
+
+
+def run_json(view: Any, state: str, zone: str | None) -> dict[str, Any]:
+    """The stable JSON form of one run of a schedule."""
+    return {
+        "run_id": view.run_id,
+        "schedule_id": view.schedule_id,
+        "due": utc_json(view.due),
+        "due_local": local_json(view.due, zone),
+        "state": state,
+        "schedule_state": view.state,
+        "task": view.task,
+        "reason": view.reason,
+        "decided_at": utc_json(view.decided_at),
+        "started_at": utc_json(view.started_at),
+        "error": view.error,
+        "outcome": view.outcome,
+    }
+
+
+def run_rows(
+    views: list[Any], states: Mapping[str, str], zones: Mapping[str, str], *, with_schedule: bool
+) -> str:
+    rows = []
+    for view in views:
+        zone = zones.get(view.schedule_id)
+        row = [view.run_id, states[view.run_id], utc_text(view.due), local_text(view.due, zone)]
+        rows.append([*row, view.task or "-"])
+    return table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), rows)

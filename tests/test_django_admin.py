@@ -1,0 +1,462 @@
+"""The Django app: admin pages and actions, the form, management commands, the journal URL.
+
+Django's test client against the test project (tests/django_project); each test runs on an
+SQLite journal and on a PostgreSQL one (``journal_url``). Django's own tables live in an
+SQLite file for the whole session (see tests/django_project/harness.py).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from sqlalchemy.engine import make_url
+
+from celery_durable import CatchUp, Cron, Daily, Durable, Every, Overlap, ScheduledRun, Weekly
+from celery_durable.tasks import scheduled_message
+from tests.django_project.harness import setup_django
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)  # a Monday
+LIST = "/admin/celery_durable/schedule/"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture(scope="session")
+def django_site(tmp_path_factory: pytest.TempPathFactory) -> None:
+    setup_django(tmp_path_factory.mktemp("django") / "django.sqlite3")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def durable(django_site: None, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    """A Celery app of its own for each test, made the admin's through CELERY_DURABLE_APP."""
+    from django.test import override_settings
+
+    app = Celery("django_admin_tests", broker="memory://", set_as_current=False)
+    app.conf.durable_url = journal_url
+
+    @app.task(name="shop.report", shared=False)
+    def send_report(customer: str) -> str:  # pragma: no cover - never consumed
+        return customer
+
+    d = Durable(app, clock=clock)
+
+    @d.task(name="shop.backup", shared=False)
+    def backup(run: ScheduledRun) -> str:
+        if run.input == "fail":
+            raise RuntimeError("disk full")
+        return f"backed up {run.input}"
+
+    with override_settings(CELERY_DURABLE_APP=app):
+        yield d
+    d.close()
+
+
+@pytest.fixture
+def client(django_site: None) -> Any:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="admin"))
+    return client
+
+
+def text(response: Any) -> str:
+    return re.sub(r"\s+", " ", response.content.decode())
+
+
+def row_of(page: str, sid: str) -> str:
+    match = re.search(rf'<tr data-schedule="{re.escape(sid)}">(.*?)</tr>', page)
+    assert match, f"no row for {sid}"
+    return match.group(1)
+
+
+# The list -------------------------------------------------------------------------------------
+
+
+def test_admin_index_has_the_durable_schedules_section(client: Any, durable: Durable) -> None:
+    page = text(client.get("/admin/"))
+    assert "Durable schedules" in page
+    assert f'href="{LIST}"' in page
+    assert f'href="{LIST}add/"' in page
+
+
+def test_list_shows_next_run_in_utc_and_local_time_status_and_policies(
+    client: Any, durable: Durable
+) -> None:
+    durable.schedules.create(
+        "nightly-backup", "shop.backup", "/srv", Daily("02:00", "Europe/Oslo"), CatchUp.LATEST
+    )
+    durable.schedules.create(
+        "weekly-report",
+        "shop.report",
+        "Ada",
+        Weekly(["mon"], "08:00", "Europe/Oslo"),
+        CatchUp.ALL,
+        overlap=Overlap.SKIP,
+    )
+    durable.schedules.create("gone", "shop.report", "x", Every(timedelta(hours=1)))
+    durable.schedules.delete("gone")
+    response = client.get(LIST)
+    assert response.status_code == 200
+    page = text(response)
+    nightly = row_of(page, "nightly-backup")
+    assert "daily at 02:00 Europe/Oslo" in nightly
+    assert "2026-11-03 01:00:00 UTC" in nightly  # R7: 02:00 CET
+    assert "2026-11-03 02:00:00 CET" in nightly  # TIME_ZONE = Europe/Oslo
+    assert "active" in nightly and "LATEST / ALLOW" in nightly
+    weekly = row_of(page, "weekly-report")
+    assert "2026-11-09 07:00:00 UTC" in weekly and "ALL / SKIP" in weekly
+    assert "Next run (UTC / Europe/Oslo)" in page
+    assert 'data-schedule="gone"' not in page  # deleted ones only under their filter
+    deleted = text(client.get(LIST + "?status=deleted"))
+    assert "deleted" in row_of(deleted, "gone")
+    assert 'data-schedule="nightly-backup"' not in deleted
+    searched = text(client.get(LIST + "?q=weekly"))
+    assert 'data-schedule="weekly-report"' in searched
+    assert 'data-schedule="nightly-backup"' not in searched
+
+
+def test_pause_resume_trigger_and_delete_actions_from_the_list(
+    client: Any, durable: Durable
+) -> None:
+    for sid in ("a", "b", "c"):
+        durable.schedules.create(sid, "shop.report", sid, Every(timedelta(minutes=5)))
+
+    def act(action: str, *ids: str, **extra: str) -> Any:
+        data = {"action": action, "_selected_action": list(ids), **extra}
+        return client.post(LIST, data, follow=True)
+
+    page = text(act("pause", "a", "b"))
+    assert "Paused 2 schedules: a, b" in page
+    assert "paused" in row_of(page, "a") and "active" in row_of(page, "c")
+    assert durable.schedules.state("a").paused and durable.schedules.state("b").paused
+
+    page = text(act("resume", "b", "c"))
+    assert "Resumed 1 schedule: b" in page
+    messages = re.findall(r'<ul class="messagelist">(.*?)</ul>', page)
+    assert "Could not resume c: A3: schedule &#x27;c&#x27; is not paused" in page, messages
+    assert not durable.schedules.state("b").paused
+
+    page = text(act("trigger", "c"))
+    [run] = durable.schedules.runs("c")
+    assert f"Triggered run {run.run_id}." in page and run.reason == "trigger"
+
+    # Delete asks first; nothing is deleted until the confirmation is posted.
+    confirm = text(act("delete", "a"))
+    assert "Are you sure?" in confirm and "can never be used again" in confirm
+    assert not durable.schedules.state("a").deleted
+    page = text(act("delete", "a", post="yes"))
+    assert "Deleted 1 schedule: a" in page
+    assert durable.schedules.state("a").deleted
+
+    page = text(act("pause"))
+    assert "Items must be selected" in page
+
+
+def test_schedule_page_shows_runs_with_states_and_durable_outcomes(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create("backup", "shop.backup", "/srv", Every(timedelta(minutes=1)))
+    durable.schedules.create("broken", "shop.backup", "fail", Every(timedelta(minutes=1)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    for _ in range(2):
+        clock.now += timedelta(minutes=1)
+        dispatcher.tick()
+    # A worker would run the messages; run the durable task here, with the run ID as task id.
+    task = durable.app.tasks["shop.backup"]
+    for sid in ("backup", "broken"):
+        run = durable.schedules.runs(sid)[-1]
+        args, kwargs, _ = scheduled_message(ScheduledRun(sid, run.due, run.input))
+        task.apply(args, kwargs, task_id=run.run_id)
+    url = LIST + "backup/change/"
+    page = text(client.get(url))
+    first, second = (r.run_id for r in reversed(durable.schedules.runs("backup")))
+    assert first in page and second in page
+    assert re.search(rf"{re.escape(first)}.*?started.*?finished.*?&quot;backed up /srv&quot;", page)
+    assert "every 1m" in page and "Next run (Europe/Oslo)" in page
+    broken = text(client.get(LIST + "broken/change/"))
+    assert "faulted" in broken and "RuntimeError: disk full" in broken
+
+    # The page's own buttons: pause, resume, trigger now (POST only).
+    assert client.get(LIST + "backup/pause/").status_code == 405
+    page = text(client.post(LIST + "backup/pause/", follow=True))
+    assert "Paused 1 schedule: backup" in page and 'id="durable-resume"' in page
+    page = text(client.post(LIST + "backup/resume/", follow=True))
+    assert "Resumed 1 schedule: backup" in page
+    clock.now += timedelta(seconds=1)  # a trigger at the very instant of a decided due time fails
+    page = text(client.post(LIST + "backup/trigger/", follow=True))
+    assert "Triggered run backup@" in page and ">trigger<" in page
+    assert client.get(LIST + "nope/change/").status_code == 404
+
+
+def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
+    data = form_data(
+        id="weekly-invoice",
+        task="shop.report",
+        kind="weekly",
+        days=["mon", "thu"],
+        at="08:00",
+        input='{"customer": "Ada"}',
+        catch_up="all",
+        overlap="buffer_one",
+        options='{"queue": "billing", "priority": 5}',
+        max_runs="10",
+    )
+    response = client.post(LIST + "add/", data)
+    assert response.status_code == 302
+    assert response["Location"] == LIST + "weekly-invoice/change/"
+    view = durable.schedules.state("weekly-invoice")
+    assert view.rule == Weekly(["mon", "thu"], "08:00", "Europe/Oslo", max_runs=10)
+    assert view.input == {"customer": "Ada"} and view.catch_up is CatchUp.ALL
+    assert view.overlap is Overlap.BUFFER_ONE
+    assert dict(view.options) == {"queue": "billing", "priority": 5}
+    # The change form shows what was stored.
+    initial = client.get(response["Location"]).context["form"].initial
+    assert initial["days"] == ["mon", "thu"] and initial["at"] == "08:00"
+    assert initial["max_runs"] == 10 and initial["catch_up"] == "all"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"zone": "Mars/Olympus"}, "zone", "unknown time zone"),
+        ({"kind": "cron", "cron": "0 0 31 2 *"}, "cron", "Cron"),
+        ({"kind": "cron", "cron": "61 * * * *"}, "cron", "minute"),
+        ({"task": "shop.nope"}, "task", "not registered"),
+        ({"at": "25:00"}, "at", "not a time of day"),
+        ({"kind": "every", "every": "0s"}, "every", "between 1 second and 366 days"),
+        ({"kind": "weekly"}, "days", "needs this field"),
+        ({"input": "{not json"}, "input", "not valid JSON"),
+        ({"options": '{"colour": 1}'}, "options", "unknown option"),
+        ({"id": "a~b"}, "id", "must not contain"),
+        ({"kind": "once", "once_at": "2026-13-01 10:00"}, "once_at", "not a date"),
+        ({"max_runs": "0"}, "max_runs", "max_runs"),
+    ],
+)
+def test_add_form_shows_validation_errors_on_their_field(
+    client: Any, durable: Durable, changes: dict[str, str], field: str, message: str
+) -> None:
+    response = client.post(LIST + "add/", form_data(**changes))
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert field in form.errors, form.errors
+    assert message in " ".join(form.errors[field])
+    assert "Please correct the error" in text(response)
+    assert durable.schedules.list() == []
+
+
+def test_add_form_shows_a_conflict_with_an_existing_schedule(client: Any, durable: Durable) -> None:
+    durable.schedules.create("nightly", "shop.backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    response = client.post(LIST + "add/", form_data(id="nightly", at="03:00"))
+    assert response.status_code == 200
+    errors = response.context["form"].non_field_errors()
+    assert errors and "nightly" in errors[0]
+    assert durable.schedules.state("nightly").rule == Daily("02:00", "Europe/Oslo")
+
+
+def test_change_form_replaces_the_rule_and_a_deleted_schedule_is_read_only(
+    client: Any, durable: Durable
+) -> None:
+    durable.schedules.create("nightly", "shop.backup", "/srv", Daily("02:00", "Europe/Oslo"))
+    page = client.get(LIST + "nightly/change/")
+    assert page.context["form"].initial["at"] == "02:00"
+    data = form_data(id="nightly", kind="cron", cron="30 3 * * *", zone="UTC", input='"/data"')
+    response = client.post(LIST + "nightly/change/", data)
+    assert response.status_code == 302
+    view = durable.schedules.state("nightly")
+    assert view.rule == Cron("30 3 * * *", "UTC") and view.input == "/data"
+    bad = client.post(LIST + "nightly/change/", {**data, "cron": "nonsense"})
+    assert "cron" in bad.context["form"].errors
+
+    durable.schedules.delete("nightly")
+    page = text(client.get(LIST + "nightly/change/"))
+    assert "deleted" in page and 'id="schedule_form"' not in page
+    assert client.post(LIST + "nightly/change/", data).status_code == 403
+
+
+def test_delete_page_of_one_schedule_asks_then_deletes(client: Any, durable: Durable) -> None:
+    durable.schedules.create("odd/id@1", "shop.report", 1, Every(timedelta(hours=1)))
+    change = LIST + "odd_2Fid@1/change/"  # the admin's quote() escapes "/"
+    assert client.get(change).status_code == 200
+    confirm = client.get(LIST + "odd_2Fid@1/delete/")
+    assert "Are you sure?" in text(confirm)
+    assert not durable.schedules.state("odd/id@1").deleted
+    response = client.post(LIST + "odd_2Fid@1/delete/")
+    assert response.status_code == 302 and durable.schedules.state("odd/id@1").deleted
+
+
+def test_permissions_are_the_models(durable: Durable, django_site: None) -> None:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    durable.schedules.create("x", "shop.report", 1, Every(timedelta(hours=1)))
+    user, _ = get_user_model().objects.get_or_create(username="viewer", is_staff=True)
+    user.user_permissions.set([Permission.objects.get(codename="view_schedule")])
+    client = Client()
+    client.force_login(user)
+    page = text(client.get(LIST))
+    assert 'data-schedule="x"' in page and 'name="action"' not in page
+    assert client.post(LIST + "x/pause/").status_code == 403
+    assert client.get(LIST + "add/").status_code == 403
+    assert not durable.schedules.state("x").paused
+
+
+# Management commands ---------------------------------------------------------------------------
+
+
+def test_management_commands_mirror_the_cli(durable: Durable, clock: FakeClock) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    durable.schedules.create("nightly", "shop.backup", "/srv", Daily("02:00", "Europe/Oslo"))
+
+    def run(*args: str) -> str:
+        out = io.StringIO()
+        call_command(*args, stdout=out, stderr=io.StringIO())
+        return out.getvalue()
+
+    listing = run("durable_schedules", "list")
+    assert re.search(r"nightly\s+active\s+shop\.backup\s+daily at 02:00 Europe/Oslo", listing)
+    assert '"status": "active"' in run("durable_schedules", "list", "--json")
+    assert "nightly: paused" in run("durable_schedules", "pause", "nightly")
+    assert "Status:           paused" in run("durable_schedules", "show", "nightly")
+    assert "nightly: resumed" in run("durable_schedules", "resume", "nightly")
+    triggered = run("durable_schedules", "trigger", "nightly")
+    assert "nightly: triggered run nightly@2026-11-02T12:00:00.0000000Z" in triggered
+    assert "nightly@2026-11-02T12:00:00.0000000Z" in run("durable_runs", "nightly")
+    assert '"reason": "trigger"' in run("durable_runs", "nightly", "--json")
+    with pytest.raises(CommandError, match="1 of 1 failed"):
+        run("durable_schedules", "resume", "nightly")
+    with pytest.raises(CommandError, match="no durable schedule"):
+        run("durable_runs", "nope")
+    assert "nightly: deleted" in run("durable_schedules", "delete", "nightly")
+    assert "nightly" not in run("durable_schedules", "list")
+    assert "deleted" in run("durable_schedules", "list", "--all")
+
+
+# The journal URL -------------------------------------------------------------------------------
+
+
+def test_database_url_maps_django_databases_to_sqlalchemy_urls(tmp_path: Path) -> None:
+    from celery_durable.contrib.django import database_url
+
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": tmp_path / "db.sqlite3"}
+    assert database_url(sqlite) == f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    pg = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "USER": "app",
+        "PASSWORD": "p@ss word",
+        "HOST": "db.internal",
+        "PORT": 5433,
+        "OPTIONS": {"sslmode": "require", "pool": True},
+    }
+    url = make_url(database_url(pg))
+    assert url.drivername == "postgresql+psycopg" and url.database == "shop"
+    assert (url.username, url.password, url.host, url.port) == (
+        "app",
+        "p@ss word",
+        "db.internal",
+        5433,
+    )
+    assert dict(url.query) == {"sslmode": "require"}
+    socket = database_url({"ENGINE": "django.db.backends.postgresql", "NAME": "shop"})
+    assert socket == "postgresql+psycopg:///shop"
+    with pytest.raises(Exception, match="CELERY_DURABLE_URL"):
+        database_url({"ENGINE": "django.db.backends.mysql", "NAME": "shop"})
+    with pytest.raises(Exception, match="memory"):
+        database_url({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"})
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_journal_defaults_to_a_database_of_databases(django_site: None, pg_url: str) -> None:
+    """No durable_url anywhere: the journal is DATABASES[CELERY_DURABLE_DATABASE]."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from celery_durable.contrib.django import get_durable
+
+    url = make_url(pg_url)
+    entry = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": url.database,
+        "USER": url.username,
+        "HOST": url.host,
+        "PORT": url.port,
+        "OPTIONS": {"options": url.query["options"]},  # the test's own schema
+    }
+    app = Celery("django_default_db", broker="memory://", set_as_current=False)
+
+    @app.task(name="t", shared=False)
+    def t() -> None:  # pragma: no cover - never run
+        return None
+
+    databases = {**settings.DATABASES, "journal": entry}
+    with override_settings(
+        CELERY_DURABLE_APP=app, CELERY_DURABLE_DATABASE="journal", DATABASES=databases
+    ):
+        durable = get_durable()
+        assert app.conf.durable_url.startswith("postgresql+psycopg://postgres@")
+        durable.schedules.create("s", "t", None, Every(timedelta(hours=1)))
+        durable.close()
+    # The schedule is in the test's schema of the PostgreSQL server.
+    check = Durable(Celery("reader", set_as_current=False), pg_url)
+    assert check.schedules.state("s") is not None
+    check.close()
+
+
+def test_the_projects_app_uses_the_default_database_and_finds_its_tasks(
+    django_site: None,
+) -> None:
+    from django.conf import settings
+    from durable_site.celery import app, durable
+
+    from celery_durable.contrib.django import get_durable
+
+    assert get_durable() is durable  # the project's app is Celery's current app
+    assert durable.config.url == f"sqlite:///{settings.DATABASES['default']['NAME']}"
+    assert {"shop.send_report", "shop.nightly_backup"} <= set(app.tasks)  # autodiscovered
+    assert durable.is_durable("shop.nightly_backup")
+
+
+# Helpers ---------------------------------------------------------------------------------------
+
+
+def form_data(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": "nightly",
+        "task": "shop.backup",
+        "kind": "daily",
+        "at": "02:00",
+        "zone": "Europe/Oslo",
+        "input": '"/srv"',
+        "catch_up": "latest",
+        "overlap": "allow",
+        "options": "{}",
+        "end_at": "",
+        "max_runs": "",
+    }
+    data.update(changes)
+    return data

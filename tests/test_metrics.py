@@ -1,0 +1,128 @@
+"""Prometheus metrics fed by the dispatcher's signals (celery_durable.metrics)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from prometheus_client import CollectorRegistry  # the 'prometheus' extra (in 'test' too)
+
+from celery_durable import CatchUp, Durable, Every, Overlap
+from celery_durable.metrics import install_metrics
+
+UTC = timezone.utc
+T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def durable(journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    # kombu's in-memory transport: the dispatcher enqueues for real, nothing consumes.
+    app = Celery("metrics_tests", broker="memory://", set_as_current=False)
+
+    @app.task(name="report", shared=False)
+    def report(*_: object) -> None:  # pragma: no cover - never consumed
+        return None
+
+    d = Durable(app, journal_url, clock=clock)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    registry = CollectorRegistry()
+    yield registry
+    install_metrics(registry).disconnect()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def test_counters_move_when_runs_are_decided_started_and_skipped(
+    durable: Durable, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    install_metrics(registry)
+    durable.schedules.create(
+        "tidy", "report", None, Every(timedelta(seconds=10)), CatchUp.ALL, overlap=Overlap.SKIP
+    )
+    durable.schedules.create("ping", "report", None, Every(timedelta(seconds=10)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    assert value(registry, "celery_durable_runs_decided_total", schedule="tidy") == 0
+
+    clock.now += timedelta(seconds=10)
+    dispatcher.tick()
+    for sid in ("tidy", "ping"):
+        assert value(registry, "celery_durable_runs_decided_total", schedule=sid) == 1
+        assert value(registry, "celery_durable_runs_started_total", schedule=sid) == 1
+
+    # The first run of "tidy" never ends (nothing consumes it): SKIP records the next due time.
+    clock.now += timedelta(seconds=10)
+    dispatcher.tick()
+    assert value(registry, "celery_durable_runs_skipped_total", schedule="tidy") == 1
+    assert value(registry, "celery_durable_runs_started_total", schedule="tidy") == 1
+    assert value(registry, "celery_durable_runs_started_total", schedule="ping") == 2
+    assert value(registry, "celery_durable_dispatch_lag_seconds_count") == 3
+    assert value(registry, "celery_durable_runs_failed_to_start_total", schedule="tidy") == 0
+
+
+def test_lag_histogram_records_a_late_run(
+    durable: Durable, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    install_metrics(registry)
+    durable.schedules.create("late", "report", None, Every(timedelta(minutes=10)), CatchUp.LATEST)
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    clock.now += timedelta(minutes=10, seconds=45)  # the dispatcher was away: 45 s late
+    dispatcher.tick()
+    assert value(registry, "celery_durable_dispatch_lag_seconds_count") == 1
+    assert value(registry, "celery_durable_dispatch_lag_seconds_sum") == pytest.approx(45)
+    assert value(registry, "celery_durable_dispatch_lag_seconds_bucket", le="30.0") == 0
+    assert value(registry, "celery_durable_dispatch_lag_seconds_bucket", le="60.0") == 1
+
+
+def test_install_is_idempotent_and_gauge_counts_schedules_by_state(
+    durable: Durable, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    first = install_metrics(registry, durable=durable, gauge_ttl=0)
+    assert install_metrics(registry, durable=durable) is first
+    for sid in ("a", "b", "c", "d"):
+        durable.schedules.create(sid, "report", None, Every(timedelta(seconds=10)))
+    durable.schedules.pause("b")
+    durable.schedules.delete("c")
+    durable.schedules.create("once", "report", None, Every(timedelta(seconds=10), max_runs=1))
+    dispatcher = durable.dispatcher()
+    clock.now += timedelta(seconds=10)
+    dispatcher.tick()  # "once" decides its only run and completes
+    counts = {
+        state: value(registry, "celery_durable_schedules", state=state)
+        for state in ("active", "paused", "deleted", "complete")
+    }
+    assert counts == {"active": 2, "paused": 1, "deleted": 1, "complete": 1}
+    # Installed twice, fed once: one decision counts once.
+    assert value(registry, "celery_durable_runs_decided_total", schedule="a") == 1
+
+
+def test_missing_prometheus_client_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImportError, match=r"celery-durable\[prometheus\]"):
+        install_metrics(CollectorRegistry())
