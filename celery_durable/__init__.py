@@ -16,6 +16,7 @@ from celery_durable.errors import (
     RunFaulted,
     RunParked,
     ScheduleConflict,
+    ScheduleNotFound,
     StepFailed,
     UnknownTask,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "RunParked",
     "RunView",
     "ScheduleConflict",
+    "ScheduleNotFound",
     "ScheduleView",
     "ScheduledRun",
     "StepFailed",

@@ -33,6 +33,9 @@ class DurableConfig:
     """``durable_sqlite_synchronous``: SQLite's ``synchronous`` pragma for the journal."""
     poll_interval: float = 1.0
     """``durable_poll_interval``: how often the dispatcher looks for changes by others (D3)."""
+    short_sleep: float = 60.0
+    """``durable_short_sleep``: durable sleeps up to this long come back by a broker countdown;
+    longer ones are sent again by the dispatcher at their wake time (W4)."""
     leader_lease: float = 10.0
     """``durable_leader_lease``: seconds before a standby takes over a silent dispatcher (D6)."""
 
@@ -58,6 +61,7 @@ class DurableConfig:
             sqlite_synchronous=synchronous,
             poll_interval=_positive(conf, "durable_poll_interval", 1.0),
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),
+            short_sleep=_positive(conf, "durable_short_sleep", 60.0),
         )
 
 

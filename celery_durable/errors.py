@@ -38,6 +38,10 @@ class ScheduleConflict(DurableError):
     """The command does not fit the schedule's current state (A1-A4)."""
 
 
+class ScheduleNotFound(ScheduleConflict):
+    """The schedule was never created (a ``ScheduleConflict``: A2–A4 name that case a conflict)."""
+
+
 class UnknownTask(DurableError, LookupError):
     """The task is not registered in the Celery app (A7)."""
 

@@ -15,6 +15,7 @@ Both return :class:`Resend` values, which send the run's message again with the 
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -216,6 +217,34 @@ class RunStore:
             conn.execute(statement, rows[start : start + 1000])
 
     # -- reading ---------------------------------------------------------------------------
+
+    def statuses(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The ``status`` of each of these runs that has a row (durable runs only)."""
+        found: dict[str, str] = {}
+        if not run_ids:
+            return found
+        self.journal.ensure_ready()
+        ids = list(run_ids)
+        with self.journal.engine.connect() as conn:
+            for start in range(0, len(ids), 500):
+                query = select(runs_table.c.run_id, runs_table.c.status).where(
+                    runs_table.c.run_id.in_(ids[start : start + 500])
+                )
+                found.update((r, s) for r, s in conn.execute(query))
+        return found
+
+    def list(
+        self, *, status: str | None = None, limit: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Rows of durable runs, most recently updated first (optionally of one status)."""
+        query = select(runs_table).order_by(runs_table.c.updated_at.desc())
+        if status is not None:
+            query = query.where(runs_table.c.status == status)
+        if limit is not None:
+            query = query.limit(limit)
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
 
     def row(self, run_id: str) -> dict[str, Any] | None:
         """The row of one run as a dict, ``None`` when there is none."""

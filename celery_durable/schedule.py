@@ -24,7 +24,7 @@ from celery_durable.codec import (
     time_from_json,
     time_to_json,
 )
-from celery_durable.errors import InvalidSchedule, ScheduleConflict
+from celery_durable.errors import InvalidSchedule, ScheduleConflict, ScheduleNotFound
 from celery_durable.events import (
     Content,
     RunDecided,
@@ -340,7 +340,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         if state.deleted:
             return []
         if not state.exists:
-            raise ScheduleConflict(f"A4: schedule {sid!r} does not exist", schedule_id=sid)
+            raise ScheduleNotFound(f"A4: schedule {sid!r} does not exist", schedule_id=sid)
         return [ScheduleDeleted(at=command.now)]
     if isinstance(command, DecideDue):
         return _decide_due(state, command.now)
@@ -364,7 +364,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
 def _require_live(state: ScheduleState, verb: str) -> None:
     sid = state.schedule_id
     if not state.exists:
-        raise ScheduleConflict(
+        raise ScheduleNotFound(
             f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid
         )
     if state.deleted:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -208,8 +209,13 @@ class Schedules:
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
         """The decided runs of a schedule, newest first (V2)."""
         sid = check_schedule_id(id)
-        events = self._durable._store.events(sid)
-        return runs_of(sid, events)[:limit]
+        runs = runs_of(sid, self._durable._store.events(sid))[:limit]
+        # Durable runs: their outcome (or progress) comes from the run table.
+        started = [r.run_id for r in runs if r.state == "started"]
+        statuses = self._durable.runs.statuses(started) if started else {}
+        return [
+            replace(r, outcome=statuses[r.run_id]) if r.run_id in statuses else r for r in runs
+        ]
 
     # Internals ----------------------------------------------------------------------------
 

@@ -92,3 +92,5 @@ def test_w4_long_sleep_is_woken_by_the_dispatcher(durable: Durable, clock: FakeC
         clock.now += timedelta(minutes=31)
         d.tick()
         assert durable.outcome(run, timeout=15) == Finished("woke")
+    [view] = durable.schedules.runs("nap")
+    assert (view.state, view.outcome) == ("started", "finished")  # V2: a durable run's outcome

@@ -427,6 +427,8 @@ def test_journal_defaults_to_a_database_of_databases(django_site: None, pg_url: 
     check.close()
 
 
+# Other tests' apps hold a task of the same name; @shared_task adds itself to them too.
+@pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 def test_the_projects_app_uses_the_default_database_and_finds_its_tasks(
     django_site: None,
 ) -> None:

@@ -139,7 +139,7 @@ def test_admin_list_renders_and_pause_works_in_chromium(
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
         )
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(f"{base}/admin/login/?next=/admin/celery_durable/schedule/")
             page.fill("#id_username", "admin")
             page.fill("#id_password", "pw")

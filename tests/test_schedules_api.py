@@ -245,3 +245,12 @@ def test_url_falls_back_to_conf_then_env(app: Celery, tmp_path, monkeypatch) -> 
 def test_construction_opens_no_connection(app: Celery) -> None:
     d = Durable(app, "postgresql+psycopg://nobody@127.0.0.1:1/none")
     assert "journal" not in repr(d) or "not opened" in repr(d)
+
+
+def test_unknown_schedule_is_a_conflict_of_kind_not_found(durable: Durable) -> None:
+    from celery_durable import ScheduleNotFound
+
+    for call in (durable.schedules.pause, durable.schedules.resume, durable.schedules.delete):
+        with pytest.raises(ScheduleNotFound) as info:
+            call("nobody")
+        assert isinstance(info.value, ScheduleConflict)
