@@ -46,6 +46,7 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from tests.support import services  # noqa: E402
+from tests.support.clock import FakeClock  # noqa: E402
 
 PG_URL = os.environ.get(
     "CELERY_DURABLE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -160,3 +161,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{handle.name}: {services.redact_url(handle.url)} [{handle.origin}]"
         )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock at ``T0`` (Monday 2026-11-02 12:00 UTC) that tests move by hand."""
+    return FakeClock()

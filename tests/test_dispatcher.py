@@ -23,24 +23,10 @@ from celery_durable import (
     Weekly,
 )
 from celery_durable.schedule import DecideDue
+from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import TcpProxy
 
 UTC = timezone.utc
-T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)  # Monday
-
-
-class FakeClock:
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def set(self, moment: datetime) -> None:
-        self.now = moment
-
-    def advance(self, **kwargs: float) -> None:
-        self.now += timedelta(**kwargs)
 
 
 class Broker:
@@ -61,11 +47,6 @@ class Broker:
 
     def ids(self, queue: str = "celery") -> list[str]:
         return [m["headers"]["id"] for m in self.take(queue)]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

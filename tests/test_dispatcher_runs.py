@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 
 import pytest
 import redis
@@ -12,23 +12,10 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_durable import Durable, Every, Finished, ScheduledRun, sleep
+from tests.support.clock import FakeClock
 from tests.support.processes import wait_for
 
 UTC = timezone.utc
-T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 
 import pytest
 from celery import Celery
@@ -17,22 +17,9 @@ from celery_durable.events import ScheduleCreated, to_new_event
 from celery_durable.index import PROJECTION
 from celery_durable.journal import Append
 from celery_durable.journal.schema import progress, schedule_index
+from tests.support.clock import T0, FakeClock
 
 UTC = timezone.utc
-T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -4,34 +4,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 
 import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_durable import CatchUp, Durable, Every, Overlap
+from tests.support.clock import FakeClock
 from tests.support.processes import wait_for
 
 UTC = timezone.utc
-T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 release = threading.Event()
 started: list[str] = []
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

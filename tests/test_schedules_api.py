@@ -22,25 +22,9 @@ from celery_durable import (
     UnknownTask,
     Weekly,
 )
+from tests.support.clock import T0, FakeClock
 
 UTC = timezone.utc
-T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kwargs: float) -> None:
-        self.now += timedelta(**kwargs)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
