@@ -36,9 +36,10 @@ class Selection:
     """A moment at or after the latest dropped due time, before the first kept one."""
 
 
-def _due_times(
+def due_times(
     rule: Rule, after: datetime, until: datetime, anchor: datetime | None
 ) -> Iterator[datetime]:
+    """The rule's due times in ``(after, until]``, oldest first."""
     moment = after
     while True:
         due = rule.next_after(moment, anchor=anchor)
@@ -57,7 +58,7 @@ def recent_due_times(
     last_dropped: datetime | None = None
     steps = 0
     reached = after
-    for due in _due_times(rule, after, until, anchor):
+    for due in due_times(rule, after, until, anchor):
         if len(window) == keep:
             last_dropped = window[0] if keep else due
             dropped += 1
@@ -77,7 +78,7 @@ def recent_due_times(
         low = until - width
         if low <= reached:
             low = reached
-        found = list(_due_times(rule, low, until, anchor))
+        found = list(due_times(rule, low, until, anchor))
         if low == reached:
             found = list(window) + found
         if len(found) > keep or low == reached:

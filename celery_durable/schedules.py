@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import builtins
 import logging
-from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from celery_durable.catchup import due_times
 from celery_durable.codec import check_json_value
 from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
 from celery_durable.events import (
@@ -184,7 +186,7 @@ class Schedules:
             assert state.content is not None
             until = min(last, now, state.cursor or now)
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
-            dues = due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
+            dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
             return [
                 DecideRun(due=due, now=now, reason="backfill", decided=decided)
                 for due in dues
@@ -213,9 +215,7 @@ class Schedules:
         # Durable runs: their outcome (or progress) comes from the run table.
         started = [r.run_id for r in runs if r.state == "started"]
         statuses = self._durable.runs.statuses(started) if started else {}
-        return [
-            replace(r, outcome=statuses[r.run_id]) if r.run_id in statuses else r for r in runs
-        ]
+        return [replace(r, outcome=statuses[r.run_id]) if r.run_id in statuses else r for r in runs]
 
     # Internals ----------------------------------------------------------------------------
 
@@ -325,20 +325,14 @@ MAX_BACKFILL = 10_000
 """A backfill deciding more due times than this is refused."""
 
 
-def due_times(
+def backfill_due_times(
     rule: Rule, start: datetime, end: datetime, anchor: datetime | None, limit: int
 ) -> list[datetime]:
     """The rule's due times in ``[start, end]``; ``InvalidSchedule`` past ``limit`` of them."""
-    found: list[datetime] = []
-    moment = start - timedelta(microseconds=1)
-    while True:
-        due = rule.next_after(moment, anchor=anchor)
-        if due is None or due > end:
-            return found
-        if len(found) == limit:
-            raise InvalidSchedule(f"backfill covers more than {limit} due times; split the range")
-        found.append(due)
-        moment = due
+    found = list(islice(due_times(rule, start - timedelta(microseconds=1), end, anchor), limit + 1))
+    if len(found) > limit:
+        raise InvalidSchedule(f"backfill covers more than {limit} due times; split the range")
+    return found
 
 
 def view_of(state: ScheduleState) -> ScheduleView:
