@@ -33,16 +33,11 @@ from celery_durable.catchup import recent_due_times
 from celery_durable.codec import time_to_json
 from celery_durable.errors import AppendConflict, DurableError
 from celery_durable.events import (
-    RunDecided,
-    RunFailedToStart,
-    RunSkipped,
-    RunsMissed,
-    RunStarted,
     ScheduleEvent,
     from_stored,
     to_new_event,
 )
-from celery_durable.ids import format_due, run_id, schedule_stream
+from celery_durable.ids import format_due, schedule_stream
 from celery_durable.index import (
     ScheduleIndex,
     UnreadableEntry,
@@ -330,7 +325,7 @@ class Dispatcher:
                 if rows:
                     self._row_version[sid] = state.version
                 for event in events:
-                    _announce(self, sid, event)
+                    signals.announce(self, sid, event)
             return
 
     def _send(
@@ -569,36 +564,3 @@ def content_rule_next(state: ScheduleState, now: datetime) -> datetime | None:
     """The rule's first due time after ``now`` (what D4 logs next)."""
     assert state.content is not None
     return state.content.rule.next_after(now, anchor=state.anchor)
-
-
-def _announce(sender: object, sid: str, event: ScheduleEvent) -> None:
-    """Log a stored event with structured fields and send its signal."""
-    if isinstance(event, RunDecided):
-        lag = (event.at - event.due).total_seconds()
-        fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag}
-        log.info(
-            "decided run %s of schedule %s (due %s, lag %.3fs)",
-            event.run_id, sid, time_to_json(event.due), lag, extra=fields,
-        )  # fmt: skip
-        signals.run_decided.send(sender=sender, reason=event.reason, **fields)
-    elif isinstance(event, RunStarted):
-        lag = (event.at - event.due).total_seconds()
-        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due, "lag": lag}
-        log.debug("enqueued run %s (lag %.3fs)", fields["run_id"], lag, extra=fields)
-        signals.run_started.send(sender=sender, **fields)
-    elif isinstance(event, RunSkipped):
-        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
-        log.info("skipped run %s: %s", fields["run_id"], event.reason, extra=fields)
-        signals.run_skipped.send(sender=sender, reason=event.reason, **fields)
-    elif isinstance(event, RunFailedToStart):
-        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
-        signals.run_failed_to_start.send(sender=sender, error=event.error, **fields)
-    elif isinstance(event, RunsMissed):
-        log.warning(
-            "schedule %s: %s missed due time(s) up to %s dropped by its catch-up policy",
-            sid, "many" if event.count is None else event.count, time_to_json(event.through),
-            extra={"schedule": sid, "count": event.count},
-        )  # fmt: skip
-        signals.runs_missed.send(
-            sender=sender, schedule=sid, count=event.count, through=event.through
-        )

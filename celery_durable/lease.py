@@ -15,7 +15,7 @@ import socket
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from celery_durable.journal import SqlJournal
@@ -43,6 +43,15 @@ class Lease:
         """Take or renew the lease at ``now``; ``True`` while this owner holds it."""
         expires = now + self.ttl
         table = leases
+        if not self.held:
+            # A standby polls every second: read first, write only when the lease is free.
+            self.journal.ensure_ready()
+            with self.journal.engine.connect() as conn:
+                row = conn.execute(
+                    select(table.c.owner, table.c.expires_at).where(table.c.name == self.name)
+                ).first()
+            if row is not None and row.owner != self.owner and row.expires_at >= now:
+                return False
         with self.journal.transaction() as conn:
             taken = conn.execute(
                 update(table)

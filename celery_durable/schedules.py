@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from celery_durable import signals
 from celery_durable.catchup import due_times
 from celery_durable.codec import check_json_value
 from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
@@ -159,9 +160,15 @@ class Schedules:
         Raises ``ScheduleConflict`` for an unknown or deleted schedule.
         """
         sid = check_schedule_id(id)
-        events = self._execute(sid, lambda now: DecideRun(due=now, now=now, reason="trigger"))
-        decided = [e for e in events if isinstance(e, RunDecided)]
-        return decided[0].run_id
+        instants: builtins.list[datetime] = []
+
+        def command(now: datetime) -> Command:
+            instants.append(now)
+            return DecideRun(due=now, now=now, reason="trigger")
+
+        self._execute(sid, command)
+        # Nothing stored means a run was decided at this very instant already: it is that run.
+        return make_run_id(sid, instants[-1])
 
     def backfill(self, id: str, start: datetime, end: datetime) -> builtins.list[str]:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
@@ -317,6 +324,8 @@ class ScheduleStore:
                 journal.append(stream, state.version, [to_new_event(e) for e in events])
             except AppendConflict:
                 continue
+            for event in events:  # a trigger or backfill decides runs here, not in the dispatcher
+                signals.announce(self, schedule_id, event)
             return events
         raise DurableError(f"schedule {schedule_id!r} kept changing under {_MAX_ATTEMPTS} attempts")
 

@@ -13,7 +13,18 @@ arguments; a receiver that raises is logged and does not disturb the dispatcher.
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 from celery.utils.dispatch import Signal
+
+from celery_durable.codec import time_to_json
+from celery_durable.ids import run_id
+
+if TYPE_CHECKING:
+    from celery_durable.events import ScheduleEvent
+
+log = logging.getLogger("celery_durable.dispatcher")
 
 run_decided = Signal(
     name="durable_run_decided", providing_args={"schedule", "run_id", "due", "lag", "reason"}
@@ -29,4 +40,51 @@ run_failed_to_start = Signal(
 )
 runs_missed = Signal(name="durable_runs_missed", providing_args={"schedule", "count", "through"})
 
-__all__ = ["run_decided", "run_failed_to_start", "run_skipped", "run_started", "runs_missed"]
+
+def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
+    """Log a stored schedule event with structured fields and send its signal."""
+    from celery_durable.events import (
+        RunDecided,
+        RunFailedToStart,
+        RunSkipped,
+        RunsMissed,
+        RunStarted,
+    )
+
+    if isinstance(event, RunDecided):
+        lag = (event.at - event.due).total_seconds()
+        fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag}
+        log.info(
+            "decided run %s of schedule %s (due %s, lag %.3fs)",
+            event.run_id, sid, time_to_json(event.due), lag, extra=fields,
+        )  # fmt: skip
+        run_decided.send(sender=sender, reason=event.reason, **fields)
+    elif isinstance(event, RunStarted):
+        lag = (event.at - event.due).total_seconds()
+        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due, "lag": lag}
+        log.debug("enqueued run %s (lag %.3fs)", fields["run_id"], lag, extra=fields)
+        run_started.send(sender=sender, **fields)
+    elif isinstance(event, RunSkipped):
+        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
+        log.info("skipped run %s: %s", fields["run_id"], event.reason, extra=fields)
+        run_skipped.send(sender=sender, reason=event.reason, **fields)
+    elif isinstance(event, RunFailedToStart):
+        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
+        run_failed_to_start.send(sender=sender, error=event.error, **fields)
+    elif isinstance(event, RunsMissed):
+        log.warning(
+            "schedule %s: %s missed due time(s) up to %s dropped by its catch-up policy",
+            sid, "many" if event.count is None else event.count, time_to_json(event.through),
+            extra={"schedule": sid, "count": event.count},
+        )  # fmt: skip
+        runs_missed.send(sender=sender, schedule=sid, count=event.count, through=event.through)
+
+
+__all__ = [
+    "announce",
+    "run_decided",
+    "run_failed_to_start",
+    "run_skipped",
+    "run_started",
+    "runs_missed",
+]

@@ -462,3 +462,13 @@ def form_data(**changes: Any) -> dict[str, Any]:
     }
     data.update(changes)
     return data
+
+
+def test_the_python_blocks_of_docs_django_md_compile() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "django.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)
+    assert len(blocks) >= 4
+    for number, block in enumerate(blocks, start=1):
+        compile(block, f"docs/django.md block {number}", "exec")
+    for setting in ("CELERY_DURABLE_URL", "CELERY_DURABLE_DATABASE", "CELERY_DURABLE_APP"):
+        assert setting in doc

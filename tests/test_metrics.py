@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from celery import Celery
 from prometheus_client import CollectorRegistry  # the 'prometheus' extra (in 'test' too)
 
-from celery_durable import CatchUp, Durable, Every, Overlap
+from celery_durable import CatchUp, Durable, Every, Overlap, signals
 from celery_durable.metrics import install_metrics
 
 UTC = timezone.utc
@@ -126,3 +128,23 @@ def test_missing_prometheus_client_gives_a_clear_error(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(ImportError, match=r"celery-durable\[prometheus\]"):
         install_metrics(CollectorRegistry())
+
+
+def test_the_signal_example_of_docs_observability_md_receives_the_started_run(
+    durable: Durable, clock: FakeClock
+) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    receiver_py, metrics_py = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)
+    compile(metrics_py, "docs/observability.md metrics", "exec")
+    alerts: list[str] = []
+    namespace = {"alert": alerts.append}
+    exec(compile(receiver_py, "docs/observability.md signals", "exec"), namespace)
+    try:
+        durable.schedules.create("late", "report", None, Every(timedelta(minutes=10)))
+        dispatcher = durable.dispatcher()
+        dispatcher.tick()
+        clock.now += timedelta(minutes=11, seconds=30)
+        dispatcher.tick()
+    finally:
+        signals.run_started.disconnect(namespace["on_started"])
+    assert alerts == ["late@2026-11-02T12:10:00.0000000Z started 90 s late"]

@@ -1,0 +1,420 @@
+"""The admin section "Durable schedules": list, runs, actions and a form, over the journal.
+
+Schedules are not Django rows, so :class:`ScheduleAdmin` replaces the ``ModelAdmin`` views of
+the table-less :class:`~.models.Schedule` with views that call the library. Registering it
+through the model keeps the admin's look, its index entry, its URL names
+(``admin:celery_durable_schedule_changelist`` …) and its permissions: ``view`` to read,
+``change`` to change, pause, resume and trigger, ``add`` to create, ``delete`` to delete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, cast
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone as dj_timezone
+
+from celery_durable.contrib.django import get_durable
+from celery_durable.contrib.django.forms import ScheduleForm, zone_names
+from celery_durable.contrib.django.models import Schedule
+from celery_durable.durable import Durable
+from celery_durable.errors import DurableError
+from celery_durable.journal.urls import redact
+from celery_durable.views import RunView, ScheduleView
+
+RUNS_SHOWN = 25
+"""Runs listed on a schedule's page (``?runs=all`` lists every one)."""
+
+PER_PAGE = 100
+
+STATUSES = ("active", "paused", "complete", "deleted")
+
+_ENDED = ("finished", "faulted", "cancelled", "parked")
+
+
+def status_of(view: ScheduleView) -> str:
+    """One word for a schedule: ``deleted``, ``paused``, ``complete`` or ``active``."""
+    if view.deleted:
+        return "deleted"
+    if view.paused:
+        return "paused"
+    return "complete" if view.complete else "active"
+
+
+def utc_text(moment: datetime | None) -> str:
+    if moment is None:
+        return "—"
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def local_text(moment: datetime | None) -> str:
+    """A time in the project's current time zone (``TIME_ZONE`` or the activated one)."""
+    if moment is None:
+        return "—"
+    return dj_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One line of a schedule's run history as the admin shows it."""
+
+    run: RunView
+    state: str
+    outcome: str
+    detail: str
+
+    @property
+    def due_utc(self) -> str:
+        return utc_text(self.run.due)
+
+    @property
+    def due_local(self) -> str:
+        return local_text(self.run.due)
+
+
+def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
+    """The runs with their durable-run state and outcome (read from the run's journal)."""
+    rows = []
+    for run in runs:
+        state, outcome, detail = run.state, run.outcome or "", run.error or ""
+        if run.state in ("started", "decided"):
+            record = durable.runs.row(run.run_id)
+            if record is not None:
+                outcome = str(record["status"])
+                if outcome in _ENDED:
+                    outcome, detail = _outcome(durable, run.run_id, outcome)
+        rows.append(RunRow(run=run, state=state, outcome=outcome, detail=detail))
+    return rows
+
+
+def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
+    from celery_durable.outcomes import Cancelled, Faulted, Finished
+
+    try:
+        found = durable.outcome(run_id, timeout=0)
+    except (LookupError, TimeoutError):
+        return status, ""
+    if isinstance(found, Finished):
+        return "finished", _short(found.value)
+    if isinstance(found, Faulted):
+        kind = "parked" if found.kind == "parked" else "faulted"
+        return kind, f"{found.error_type}: {found.error}"
+    if isinstance(found, Cancelled):
+        return "cancelled", ""
+    return status, ""  # pragma: no cover - the three outcomes above are all there are
+
+
+def _query(**params: str) -> str:
+    given = {k: v for k, v in params.items() if v}
+    return "?" + urlencode(given) if given else "?"
+
+
+class ScheduleAdmin(admin.ModelAdmin):
+    """Admin views for durable schedules, reading and writing the journal."""
+
+    list_template = "celery_durable/admin/schedule_list.html"
+    form_template = "celery_durable/admin/schedule_form.html"
+    delete_template = "celery_durable/admin/schedule_delete.html"
+
+    # The library, not Django, is the source of truth ---------------------------------------------
+
+    def durable(self) -> Durable:
+        """The ``Durable`` the views use (override to pick another app or journal)."""
+        return get_durable()
+
+    def get_urls(self) -> list[Any]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        views = {
+            "pause": self.pause_view,
+            "resume": self.resume_view,
+            "trigger": self.trigger_view,
+            "delete": self.delete_view,
+            "change": self.change_view,
+        }
+        return [
+            path("", view(self.changelist_view), name=f"{prefix}_changelist"),
+            path("add/", view(self.add_view), name=f"{prefix}_add"),
+            # IDs may hold "/": the admin's quote() escapes it, and <path:> takes the rest.
+            *(
+                path(f"<path:object_id>/{name}/", view(fun), name=f"{prefix}_{name}")
+                for name, fun in views.items()
+            ),
+        ]
+
+    def _url(self, name: str, *args: str) -> str:
+        info = self.opts.app_label, self.opts.model_name
+        return reverse(
+            f"admin:{info[0]}_{info[1]}_{name}",
+            args=[quote(a) for a in args],
+            current_app=self.admin_site.name,
+        )
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": title,
+            "has_view_permission": self.has_view_permission(request),
+            "has_add_permission": self.has_add_permission(request),
+            "has_change_permission": self.has_change_permission(request),
+            "has_delete_permission": self.has_delete_permission(request),
+            "local_zone": dj_timezone.get_current_timezone_name(),
+            **extra,
+        }
+
+    def _load(self, durable: Durable, object_id: str) -> ScheduleView:
+        try:
+            view = durable.schedules.state(unquote(object_id))
+        except DurableError:
+            view = None
+        if view is None:
+            raise Http404(f"no durable schedule {unquote(object_id)!r}")
+        return view
+
+    # The list ------------------------------------------------------------------------------------
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        if request.method == "POST":
+            return self._run_action(request, durable)
+        status = request.GET.get("status", "")
+        query = request.GET.get("q", "").strip()
+        views = durable.schedules.list(include_deleted=status in ("deleted", "all"))
+        if status in STATUSES:
+            views = [v for v in views if status_of(v) == status]
+        if query:
+            needle = query.lower()
+            views = [v for v in views if needle in v.id.lower() or needle in v.task.lower()]
+        page = Paginator(views, PER_PAGE).get_page(request.GET.get("p"))
+        rows = [
+            {
+                "view": v,
+                "status": status_of(v),
+                "url": self._url("change", v.id),
+                "rule": v.rule.describe(),
+                "next_utc": utc_text(v.next_due),
+                "next_local": local_text(v.next_due),
+            }
+            for v in page.object_list
+        ]
+        filters = [
+            ("", "Not deleted"),
+            *((s, s.capitalize()) for s in STATUSES),
+            ("all", "All"),
+        ]
+        context = self._context(
+            request,
+            "Durable schedules",
+            rows=rows,
+            page=page,
+            total=len(views),
+            query=query,
+            status=status,
+            filters=[(value, label, _query(status=value, q=query)) for value, label in filters],
+            actions=self._actions(request),
+            journal=redact(durable.config.url),
+            **(extra_context or {}),
+        )
+        return TemplateResponse(request, self.list_template, context)
+
+    def _actions(self, request: HttpRequest) -> list[tuple[str, str]]:
+        actions = []
+        if self.has_change_permission(request):
+            actions += [
+                ("pause", "Pause selected schedules"),
+                ("resume", "Resume selected schedules"),
+                ("trigger", "Trigger a run now for selected schedules"),
+            ]
+        if self.has_delete_permission(request):
+            actions.append(("delete", "Delete selected schedules"))
+        return actions
+
+    def _run_action(self, request: HttpRequest, durable: Durable) -> HttpResponse:
+        action = request.POST.get("action", "")
+        selected = request.POST.getlist("_selected_action")
+        back = request.get_full_path()
+        if action not in dict(self._actions(request)):
+            self.message_user(request, "No action selected.", messages.WARNING)
+            return HttpResponseRedirect(back)
+        if not selected:
+            self.message_user(
+                request,
+                "Items must be selected in order to perform actions on them.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(back)
+        if action == "delete" and request.POST.get("post") != "yes":
+            return self._confirm_delete(request, durable, selected)
+        self._apply(request, durable, action, selected)
+        return HttpResponseRedirect(back)
+
+    def _apply(self, request: HttpRequest, durable: Durable, action: str, ids: list[str]) -> None:
+        command: Callable[[str], Any] = getattr(durable.schedules, action)
+        done, verb = [], {"pause": "Paused", "resume": "Resumed", "delete": "Deleted"}
+        for sid in ids:
+            try:
+                result = command(sid)
+            except DurableError as exc:
+                self.message_user(request, f"Could not {action} {sid}: {exc}", messages.ERROR)
+                continue
+            if action == "trigger":
+                self.message_user(request, f"Triggered run {result}.", messages.SUCCESS)
+            else:
+                done.append(sid)
+        if done:
+            self.message_user(
+                request,
+                f"{verb[action]} {len(done)} schedule{'s' if len(done) != 1 else ''}: "
+                + ", ".join(done),
+                messages.SUCCESS,
+            )
+
+    # One schedule --------------------------------------------------------------------------------
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        form = ScheduleForm(request.POST or None, creating=True)
+        if request.method == "POST" and form.is_valid() and form.save(durable):
+            sid = form.cleaned_data["id"]
+            self.message_user(request, f"Created schedule {sid}.", messages.SUCCESS)
+            if "_addanother" in request.POST:
+                return HttpResponseRedirect(self._url("add"))
+            return HttpResponseRedirect(self._url("change", sid))
+        context = self._context(
+            request, "Add durable schedule", form=form, adding=True, **self._choices(durable)
+        )
+        return TemplateResponse(request, self.form_template, context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        view = self._load(durable, object_id)
+        editable = self.has_change_permission(request) and not view.deleted
+        if request.method == "POST":
+            if not editable:
+                raise PermissionDenied
+            form = ScheduleForm(request.POST, initial=ScheduleForm.initial_of(view), creating=False)
+            if form.is_valid() and form.save(durable):
+                self.message_user(request, f"Changed schedule {view.id}.", messages.SUCCESS)
+                if "_continue" in request.POST:
+                    return HttpResponseRedirect(self._url("change", view.id))
+                return HttpResponseRedirect(self._url("changelist"))
+        else:
+            form = ScheduleForm(initial=ScheduleForm.initial_of(view), creating=False)
+        all_runs = request.GET.get("runs") == "all"
+        # cast: inside Schedules, ``list[...]`` in its annotations names its own list() method.
+        runs = cast(
+            "list[RunView]",
+            durable.schedules.runs(view.id, limit=None if all_runs else RUNS_SHOWN + 1),
+        )
+        context = self._context(
+            request,
+            f"Schedule {view.id}",
+            form=form,
+            adding=False,
+            editable=editable,
+            view=view,
+            status=status_of(view),
+            rule=view.rule.describe(),
+            next_utc=utc_text(view.next_due),
+            next_local=local_text(view.next_due),
+            anchor_utc=utc_text(view.anchor),
+            created_utc=utc_text(view.created_at),
+            runs=run_rows(durable, runs[: None if all_runs else RUNS_SHOWN]),
+            more_runs=not all_runs and len(runs) > RUNS_SHOWN,
+            urls={
+                name: self._url(name, view.id) for name in ("pause", "resume", "trigger", "delete")
+            },
+            **self._choices(durable),
+        )
+        return TemplateResponse(request, self.form_template, context)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_delete_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        view = self._load(durable, object_id)
+        if request.method == "POST":
+            self._apply(request, durable, "delete", [view.id])
+            return HttpResponseRedirect(self._url("changelist"))
+        return self._confirm_delete(request, durable, [view.id], single=True)
+
+    def _confirm_delete(
+        self, request: HttpRequest, durable: Durable, ids: list[str], *, single: bool = False
+    ) -> HttpResponse:
+        context = self._context(
+            request,
+            "Are you sure?",
+            ids=ids,
+            single=single,
+            change_url=self._url("change", ids[0]) if single else None,
+        )
+        return TemplateResponse(request, self.delete_template, context)
+
+    def _object_action(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        if request.method != "POST":  # these change state: never on a GET
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        view = self._load(durable, object_id)
+        self._apply(request, durable, action, [view.id])
+        return HttpResponseRedirect(self._url("change", view.id))
+
+    @staticmethod
+    def _choices(durable: Durable) -> dict[str, Any]:
+        tasks = sorted(name for name in durable.app.tasks if not name.startswith("celery."))
+        return {"task_names": tasks, "zone_names": zone_names()}
+
+    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._object_action(request, object_id, "pause")
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._object_action(request, object_id, "resume")
+
+    def trigger_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._object_action(request, object_id, "trigger")
+
+
+admin.site.register(Schedule, ScheduleAdmin)

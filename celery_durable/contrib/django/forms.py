@@ -1,0 +1,366 @@
+"""The admin form that creates or changes a durable schedule.
+
+The form only parses what a person types (times, durations, JSON); every rule of the
+specification is checked by the library, and its errors (``InvalidSchedule``,
+``UnknownTask``, ``ScheduleConflict``) are put on the field they concern.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zoneinfo
+from datetime import datetime, timedelta, timezone, tzinfo
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.conf import settings
+
+from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
+from celery_durable.ids import check_schedule_id
+from celery_durable.policies import CatchUp, Overlap
+from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+    from celery_durable.views import ScheduleView
+
+KINDS = (
+    ("daily", "Daily: every day at a local time"),
+    ("weekly", "Weekly: on chosen days at a local time"),
+    ("every", "Every: a fixed interval"),
+    ("cron", "Cron: a five-field expression"),
+    ("once", "Once: a single time"),
+)
+DAYS = tuple((day.short, day.name.capitalize()) for day in Weekday)
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+# Where a library error goes: the prefix of ``InvalidSchedule.field`` → the form field.
+_FIELD_OF = {
+    "at": "at",
+    "zone": "zone",
+    "days": "days",
+    "interval": "every",
+    "expr": "cron",
+    "end_at": "end_at",
+    "max_runs": "max_runs",
+}
+
+
+@lru_cache(maxsize=1)
+def zone_names() -> tuple[str, ...]:
+    """IANA zone names, for the zone field's suggestions."""
+    return tuple(sorted(zoneinfo.available_timezones()))
+
+
+def default_zone() -> str:
+    """The zone new schedules start with: ``TIME_ZONE`` when it is an IANA name, else UTC."""
+    name = str(getattr(settings, "TIME_ZONE", None) or "UTC")
+    return name if name in zone_names() or name == "UTC" else "UTC"
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30s``, ``5m``, ``1h30m``, ``2d``, ``1.5h``; a bare number is seconds."""
+    value = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        return timedelta(seconds=float(value))
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise forms.ValidationError(f"{text!r} is not a duration (e.g. 30s, 5m, 1h30m, 2d)")
+    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+
+
+def format_duration(interval: timedelta) -> str:
+    """The inverse of :func:`parse_duration` for whole seconds (``5400`` s → ``1h30m``)."""
+    seconds = interval.total_seconds()
+    if seconds != int(seconds):
+        return f"{seconds:g}s"
+    left, text = int(seconds), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        text += f"{count}{unit}" if count else ""
+    return text or "0s"
+
+
+def _zone(name: str) -> tzinfo:
+    if name in ("UTC", "Etc/UTC"):
+        return timezone.utc
+    return zoneinfo.ZoneInfo(name)
+
+
+def parse_instant(text: str, zone: str | None) -> datetime:
+    """An ISO 8601 time; with ``Z`` or an offset as written, else local time in ``zone``."""
+    value = text.strip().replace(" ", "T", 1)
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise forms.ValidationError(
+            f"{text!r} is not a date and time (e.g. 2026-12-24 18:00, or 2026-12-24T17:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        if not zone:
+            raise forms.ValidationError("give a zone, or write the time with Z or an offset")
+        try:
+            moment = moment.replace(tzinfo=_zone(zone))
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            raise forms.ValidationError("the zone is unknown; write the time with Z") from None
+    return moment
+
+
+def format_instant(moment: datetime | None, zone: str | None) -> str:
+    """A time as the form shows it: local in ``zone`` (no offset), else UTC with ``Z``."""
+    if moment is None:
+        return ""
+    if zone:
+        try:
+            return moment.astimezone(_zone(zone)).replace(tzinfo=None).isoformat(" ", "minutes")
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            pass
+    utc = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return utc.isoformat("T", "minutes") + "Z"
+
+
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text) if text.strip() else None
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(f"{what} is not valid JSON: {exc}") from None
+
+
+class ScheduleForm(forms.Form):
+    """Create (``creating=True``) or change a schedule; :meth:`save` calls the library."""
+
+    id = forms.CharField(
+        label="ID",
+        max_length=200,
+        help_text="Unique for ever: a deleted schedule's ID can never be used again.",
+    )
+    task = forms.CharField(
+        max_length=255,
+        help_text="A task name registered in the Celery app, e.g. proj.tasks.backup.",
+        widget=forms.TextInput(attrs={"list": "durable-task-names", "size": 50}),
+    )
+    kind = forms.ChoiceField(label="Rule", choices=KINDS, initial="daily")
+    at = forms.CharField(
+        label="At (local time)",
+        required=False,
+        help_text="HH:MM or HH:MM:SS in the zone below (daily and weekly rules).",
+        widget=forms.TextInput(attrs={"placeholder": "02:00", "size": 10}),
+    )
+    days = forms.MultipleChoiceField(
+        choices=DAYS, required=False, widget=forms.CheckboxSelectMultiple, label="Days"
+    )
+    every = forms.CharField(
+        label="Interval",
+        required=False,
+        help_text="30s, 5m, 1h30m, 2d (from 1 second to 366 days).",
+        widget=forms.TextInput(attrs={"placeholder": "1h", "size": 10}),
+    )
+    cron = forms.CharField(
+        label="Cron expression",
+        required=False,
+        help_text="minute hour day-of-month month day-of-week, or @daily, @hourly …",
+        widget=forms.TextInput(attrs={"placeholder": "0 2 * * *", "size": 30}),
+    )
+    once_at = forms.CharField(
+        label="Run once at",
+        required=False,
+        help_text="2026-12-24 18:00 in the zone below, or with Z / an offset.",
+        widget=forms.TextInput(attrs={"placeholder": "2026-12-24 18:00", "size": 25}),
+    )
+    zone = forms.CharField(
+        max_length=100,
+        help_text="IANA time zone (Europe/Oslo, UTC). Local times of the rule are read in it.",
+        widget=forms.TextInput(attrs={"list": "durable-zone-names", "size": 30}),
+    )
+    end_at = forms.CharField(
+        label="End at",
+        required=False,
+        help_text="Optional: no run after this time (same format as 'Run once at').",
+        widget=forms.TextInput(attrs={"size": 25}),
+    )
+    max_runs = forms.IntegerField(
+        label="Max runs", required=False, help_text="Optional: complete after this many runs."
+    )
+    input = forms.CharField(
+        label="Input (JSON)",
+        required=False,
+        initial="null",
+        help_text="Handed to the task at each run (JSON; null for none).",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "class": "vLargeTextField"}),
+    )
+    catch_up = forms.ChoiceField(
+        label="Catch-up",
+        choices=[(c.value, c.name) for c in CatchUp],
+        initial=CatchUp.LATEST.value,
+        help_text="After downtime: LATEST runs the most recent missed time, ALL runs each "
+        "(oldest first, at most 1000), NONE runs none.",
+    )
+    overlap = forms.ChoiceField(
+        choices=[(o.value, o.name) for o in Overlap],
+        initial=Overlap.ALLOW.value,
+        help_text="When a run is still going at the next due time: ALLOW starts another, "
+        "SKIP records it as skipped, BUFFER_ONE lets one wait.",
+    )
+    options = forms.CharField(
+        label="Celery options (JSON)",
+        required=False,
+        initial="{}",
+        help_text='Optional: {"queue": "…", "priority": 5, "expires": 60, "args": [], '
+        '"kwargs": {}, …}',
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"}),
+    )
+
+    def __init__(self, *args: Any, creating: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.creating = creating
+        if not creating:
+            self.fields["id"].disabled = True
+            self.fields["id"].help_text = ""
+        if not self.is_bound and not self.initial.get("zone"):
+            self.fields["zone"].initial = default_zone()
+        self.rule: Rule | None = None
+
+    @classmethod
+    def initial_of(cls, view: ScheduleView) -> dict[str, Any]:
+        """The form's values for an existing schedule."""
+        rule = view.rule
+        zone = getattr(rule, "zone", None) or "UTC"
+        options = {k: v for k, v in view.options.items()}
+        data: dict[str, Any] = {
+            "id": view.id,
+            "task": view.task,
+            "kind": rule.tag,
+            "zone": zone,
+            "end_at": format_instant(rule.end_at, zone),
+            "max_runs": rule.max_runs,
+            "input": json.dumps(view.input, ensure_ascii=False),
+            "catch_up": view.catch_up.value,
+            "overlap": view.overlap.value,
+            "options": json.dumps(options, ensure_ascii=False) if options else "{}",
+        }
+        if isinstance(rule, (Daily, Weekly)):
+            data["at"] = rule.at.isoformat("minutes" if not rule.at.second else "seconds")
+        if isinstance(rule, Weekly):
+            data["days"] = [day.short for day in rule.days]
+        if isinstance(rule, Every):
+            data["every"] = format_duration(rule.interval)
+        if isinstance(rule, Cron):
+            data["cron"] = rule.expr
+        if isinstance(rule, Once):
+            data["once_at"] = format_instant(rule.at, zone)
+        return data
+
+    # Parsing ---------------------------------------------------------------------------------
+
+    def clean_id(self) -> str:
+        value = str(self.cleaned_data["id"])
+        try:
+            return check_schedule_id(value)
+        except InvalidSchedule as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_input(self) -> Any:
+        return parse_json(self.cleaned_data.get("input") or "", "the input")
+
+    def clean_options(self) -> dict[str, Any]:
+        value = parse_json(self.cleaned_data.get("options") or "", "the options")
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("the options must be a JSON object")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        kind = data.get("kind")
+        zone = (data.get("zone") or "").strip()
+        if kind is None or "zone" in self.errors:
+            return data
+        try:
+            end_at = parse_instant(data["end_at"], zone) if data.get("end_at") else None
+        except forms.ValidationError as exc:
+            self.add_error("end_at", exc)
+            return data
+        bounds: dict[str, Any] = {"end_at": end_at, "max_runs": data.get("max_runs")}
+        needed = {"daily": ["at"], "weekly": ["at", "days"], "every": ["every"]}
+        needed |= {"cron": ["cron"], "once": ["once_at"]}
+        missing = [name for name in needed[kind] if not data.get(name)]
+        for name in missing:
+            self.add_error(name, f"A {kind} rule needs this field.")
+        if missing:
+            return data
+        try:
+            self.rule = self._rule(kind, data, zone, bounds)
+        except forms.ValidationError as exc:
+            self.add_error(needed[kind][-1], exc)
+        except InvalidSchedule as exc:
+            self.add_library_error(exc)
+        return data
+
+    @staticmethod
+    def _rule(kind: str, data: dict[str, Any], zone: str, bounds: dict[str, Any]) -> Rule:
+        if kind == "daily":
+            return Daily(data["at"].strip(), zone, **bounds)
+        if kind == "weekly":
+            return Weekly(data["days"], data["at"].strip(), zone, **bounds)
+        if kind == "every":
+            return Every(parse_duration(data["every"]), **bounds)
+        if kind == "cron":
+            return Cron(data["cron"], zone, **bounds)
+        if kind == "once":
+            return Once(parse_instant(data["once_at"], zone), **bounds)
+        raise InvalidSchedule(f"unknown rule kind {kind!r}")  # pragma: no cover - a choice
+
+    # Saving ------------------------------------------------------------------------------------
+
+    def save(self, durable: Durable) -> bool:
+        """Create or change the schedule; ``False`` (with the error on the form) when refused."""
+        data = self.cleaned_data
+        args = (data["id"], data["task"].strip(), data["input"], self.rule, data["catch_up"])
+        options = dict(data["options"], overlap=data["overlap"])
+        command = durable.schedules.create if self.creating else durable.schedules.change
+        try:
+            command(*args, **options)
+        except DurableError as exc:
+            self.add_library_error(exc)
+            return False
+        return True
+
+    def add_library_error(self, exc: DurableError) -> None:
+        """Put a library error on the field it concerns (the whole form when none)."""
+        self.add_error(self.field_of(exc), str(exc))
+
+    def field_of(self, exc: DurableError) -> str | None:
+        if isinstance(exc, UnknownTask):
+            return "task"
+        if isinstance(exc, ScheduleConflict):
+            return None
+        if not isinstance(exc, InvalidSchedule):
+            return None
+        where = str(getattr(exc, "field", "") or "")
+        if where.startswith("Once."):
+            return "once_at" if where == "Once.at" else _FIELD_OF.get(where.split(".", 1)[1])
+        if where.startswith("Cron."):
+            return "cron" if where != "Cron.zone" else "zone"
+        if "." in where:
+            return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
+        if where in ("catch_up", "overlap", "task"):
+            return where
+        message = str(exc)
+        if where in self.cleaned_data.get("options", {}) or message.startswith(
+            ("option", "unknown option")
+        ):
+            return "options"
+        if message.startswith("input"):
+            return "input"
+        if message.startswith("S1"):
+            return "id" if self.creating else None
+        if message.startswith("task"):
+            return "task"
+        return None

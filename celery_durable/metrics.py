@@ -1,0 +1,235 @@
+"""Optional Prometheus metrics, fed by :mod:`celery_durable.signals` (extra ``prometheus``).
+
+``install_metrics()`` connects receivers to the signals the dispatcher sends and registers:
+
+==========================================  =========  ==========  ===========================
+name                                        type       labels      what
+==========================================  =========  ==========  ===========================
+``celery_durable_runs_decided_total``       counter    schedule    decisions stored
+``celery_durable_runs_started_total``       counter    schedule    runs enqueued
+``celery_durable_runs_skipped_total``       counter    schedule    due times skipped (overlap)
+``celery_durable_runs_failed_to_start_total`` counter  schedule    runs that can never be sent
+``celery_durable_runs_missed_total``        counter    schedule    due times dropped by catch-up
+``celery_durable_dispatch_lag_seconds``     histogram  —           due time → enqueue
+``celery_durable_schedules``                gauge      state       schedules per state (when a
+                                                                   ``Durable`` is given)
+==========================================  =========  ==========  ===========================
+
+The signals are sent in the process that stores the events, normally ``celery beat``: install
+the metrics there and expose them (``prometheus_client.start_http_server``). The schedules
+gauge is computed when scraped, from the index, at most every ``gauge_ttl`` seconds.
+
+``prometheus_client`` is imported only by :func:`install_metrics`; without it a clear
+``ImportError`` says which extra to install.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from celery_durable import signals
+
+if TYPE_CHECKING:
+    from celery_durable.durable import Durable
+
+__all__ = ["LAG_BUCKETS", "DurableMetrics", "install_metrics"]
+
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+"""Seconds: on-time runs land below 1 s; beyond 60 s a run counts as missed (SPEC §4)."""
+
+SCHEDULE_STATES = ("active", "paused", "deleted", "complete")
+
+_LOCK = threading.Lock()
+_INSTALLED: dict[int, DurableMetrics] = {}
+_SERIAL = itertools.count(1)
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ImportError(
+            "celery_durable.metrics needs prometheus-client: "
+            "pip install 'celery-durable[prometheus]'"
+        ) from None
+    return prometheus_client
+
+
+@dataclass(eq=False)
+class DurableMetrics:
+    """The metrics of one registry and the signal receivers that feed them."""
+
+    registry: Any
+    decided: Any
+    started: Any
+    skipped: Any
+    failed_to_start: Any
+    missed: Any
+    lag: Any
+    _gauge: _SchedulesCollector | None = field(default=None, repr=False)
+    _uid: str = field(default_factory=lambda: f"celery_durable.metrics.{next(_SERIAL)}")
+
+    def track(self, durable: Durable, *, gauge_ttl: float = 30.0) -> None:
+        """Export ``celery_durable_schedules{state}`` for ``durable``'s journal (once)."""
+        if self._gauge is None:
+            self._gauge = _SchedulesCollector(durable, gauge_ttl)
+            self.registry.register(self._gauge)
+
+    # Receivers: Celery signals call them with the sender and keyword arguments ---------------
+
+    def on_decided(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        self.decided.labels(schedule=schedule).inc()
+
+    def on_started(
+        self, sender: Any = None, schedule: str = "", lag: float | None = None, **_: Any
+    ) -> None:
+        self.started.labels(schedule=schedule).inc()
+        if lag is not None:
+            self.lag.observe(max(0.0, float(lag)))
+
+    def on_skipped(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        self.skipped.labels(schedule=schedule).inc()
+
+    def on_failed_to_start(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        self.failed_to_start.labels(schedule=schedule).inc()
+
+    def on_missed(
+        self, sender: Any = None, schedule: str = "", count: int | None = None, **_: Any
+    ) -> None:
+        # ``count`` is None when too many were dropped to count: record at least one.
+        self.missed.labels(schedule=schedule).inc(count if count else 1)
+
+    def connect(self) -> None:
+        uid = self._uid
+        signals.run_decided.connect(self.on_decided, weak=False, dispatch_uid=uid)
+        signals.run_started.connect(self.on_started, weak=False, dispatch_uid=uid)
+        signals.run_skipped.connect(self.on_skipped, weak=False, dispatch_uid=uid)
+        signals.run_failed_to_start.connect(self.on_failed_to_start, weak=False, dispatch_uid=uid)
+        signals.runs_missed.connect(self.on_missed, weak=False, dispatch_uid=uid)
+
+    def disconnect(self) -> None:
+        """Stop feeding the metrics (they stay registered); ``install_metrics`` starts anew."""
+        self.disconnect_signals()
+        with _LOCK:
+            if _INSTALLED.get(id(self.registry)) is self:
+                del _INSTALLED[id(self.registry)]
+
+    def disconnect_signals(self) -> None:
+        uid = self._uid
+        for signal in (
+            signals.run_decided,
+            signals.run_started,
+            signals.run_skipped,
+            signals.run_failed_to_start,
+            signals.runs_missed,
+        ):
+            signal.disconnect(dispatch_uid=uid)
+
+
+class _SchedulesCollector:
+    """``celery_durable_schedules{state}``, counted from the journal when scraped."""
+
+    def __init__(self, durable: Durable, ttl: float) -> None:
+        self._durable = durable
+        self._ttl = ttl
+        self._at = float("-inf")
+        self._counts: dict[str, int] = dict.fromkeys(SCHEDULE_STATES, 0)
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Any]:
+        # Returning no description keeps registration from calling collect() (no I/O then).
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self._lock:
+            if time.monotonic() - self._at >= self._ttl:
+                self._counts = self._count()
+                self._at = time.monotonic()
+            counts = dict(self._counts)
+        family = GaugeMetricFamily(
+            "celery_durable_schedules", "Durable schedules by state.", labels=["state"]
+        )
+        for state in SCHEDULE_STATES:
+            family.add_metric([state], counts[state])
+        yield family
+
+    def _count(self) -> dict[str, int]:
+        counts = dict.fromkeys(SCHEDULE_STATES, 0)
+        for view in self._durable.schedules.list(include_deleted=True):
+            if view.deleted:
+                counts["deleted"] += 1
+            elif view.paused:
+                counts["paused"] += 1
+            elif view.complete:
+                counts["complete"] += 1
+            else:
+                counts["active"] += 1
+        return counts
+
+
+def install_metrics(
+    registry: Any = None, *, durable: Durable | None = None, gauge_ttl: float = 30.0
+) -> DurableMetrics:
+    """Register the metrics in ``registry`` (default: Prometheus' global registry) and feed
+    them from the signals. Idempotent: a second call for the same registry returns the same
+    :class:`DurableMetrics` (adding the schedules gauge the first time ``durable`` is given).
+    """
+    prometheus = _prometheus()
+    if registry is None:
+        registry = prometheus.REGISTRY
+    with _LOCK:
+        metrics = _INSTALLED.get(id(registry))
+        if metrics is not None and metrics.registry is not registry:
+            metrics.disconnect_signals()  # a registry that is gone; its id was reused
+            metrics = None
+        if metrics is None:
+            labels = ["schedule"]
+            counter = prometheus.Counter
+            metrics = DurableMetrics(
+                registry=registry,
+                decided=counter(
+                    "celery_durable_runs_decided",
+                    "Runs decided (stored before they are enqueued).",
+                    labels,
+                    registry=registry,
+                ),
+                started=counter(
+                    "celery_durable_runs_started", "Runs enqueued.", labels, registry=registry
+                ),
+                skipped=counter(
+                    "celery_durable_runs_skipped",
+                    "Due times skipped by the overlap policy.",
+                    labels,
+                    registry=registry,
+                ),
+                failed_to_start=counter(
+                    "celery_durable_runs_failed_to_start",
+                    "Decided runs that can never be enqueued.",
+                    labels,
+                    registry=registry,
+                ),
+                missed=counter(
+                    "celery_durable_runs_missed",
+                    "Due times dropped by the catch-up policy.",
+                    labels,
+                    registry=registry,
+                ),
+                lag=prometheus.Histogram(
+                    "celery_durable_dispatch_lag_seconds",
+                    "Seconds from a run's due time to its enqueue.",
+                    buckets=LAG_BUCKETS,
+                    registry=registry,
+                ),
+            )
+            metrics.connect()
+            _INSTALLED[id(registry)] = metrics
+    if durable is not None:
+        metrics.track(durable, gauge_ttl=gauge_ttl)
+    return metrics

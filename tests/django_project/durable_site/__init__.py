@@ -1,0 +1,4 @@
+# Celery's Django layout: the app is loaded when Django starts, so @shared_task uses it.
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)
