@@ -68,6 +68,9 @@ log = logging.getLogger("celery_durable.dispatcher")
 CHUNK = 1000
 """Schedules decided, sent and recorded per round: bounds transaction size and latency."""
 
+MIN_SLEEP = 0.02
+"""The shortest sleep between ticks (seconds)."""
+
 MESSAGE_OPTIONS = (
     "queue",
     "routing_key",
@@ -533,7 +536,9 @@ class Dispatcher:
         wait = self.poll_interval
         if self._heap:
             wait = min(wait, (self._heap[0][0] - now).total_seconds())
-        return max(wait, 0.0)
+        # Never spin: due times closer together than this are decided together, so that the
+        # per-tick costs (a poll, two commits) are shared when thousands are due per second.
+        return max(wait, MIN_SLEEP)
 
     # Reads for tools and tests ------------------------------------------------------------------
 

@@ -38,11 +38,14 @@ class Lease:
         self.owner = owner
         self.ttl = timedelta(seconds=ttl)
         self.held = False
+        self.expires_at: datetime | None = None
 
     def hold(self, now: datetime) -> bool:
         """Take or renew the lease at ``now``; ``True`` while this owner holds it."""
         expires = now + self.ttl
         table = leases
+        if self.held and self.expires_at is not None and self.expires_at - now > self.ttl / 2:
+            return True  # renewed recently: no write on every tick
         if not self.held:
             # A standby polls every second: read first, write only when the lease is free.
             self.journal.ensure_ready()
@@ -72,6 +75,7 @@ class Lease:
                 taken = 0
         was = self.held
         self.held = bool(taken)
+        self.expires_at = expires if self.held else None
         if self.held and not was:
             log.info("dispatcher lease %r taken by %s", self.name, self.owner)
         elif was and not self.held:
@@ -83,6 +87,7 @@ class Lease:
         if not self.held:
             return
         self.held = False
+        self.expires_at = None
         with self.journal.transaction() as conn:
             conn.execute(
                 delete(leases).where(leases.c.name == self.name, leases.c.owner == self.owner)
