@@ -914,3 +914,35 @@ def test_forked_child_does_not_reuse_the_parents_connections(journal: SqlJournal
     # The parent's pooled connection still works.
     assert journal.append("run/parent", 1, [ev()]) == 2
     assert {e.stream for e in journal.read_all(0)} == {"run/parent", "run/child"}
+
+
+# -- the bulk path (many streams in one append_many, as the dispatcher writes) --------------
+
+
+def _ev(n: int) -> NewEvent:
+    return NewEvent(type="Tested", data={"n": n})
+
+
+def test_bulk_append_many_streams(journal: SqlJournal) -> None:
+    streams = [f"schedule/bulk-{i}" for i in range(100)]
+    journal.append_many([Append(stream=s, expected_version=0, events=[_ev(0)]) for s in streams])
+    journal.append_many(
+        [Append(stream=s, expected_version=1, events=[_ev(1), _ev(2)]) for s in streams]
+    )
+    assert [e.version for e in journal.read_stream(streams[42])] == [1, 2, 3]
+    assert journal.head("schedule") == 300
+
+
+@pytest.mark.parametrize("expected", [0, 2], ids=["stale", "beyond-the-end"])
+def test_bulk_append_with_one_wrong_version_stores_nothing(
+    journal: SqlJournal, expected: int
+) -> None:
+    streams = [f"schedule/bulk-{i}" for i in range(100)]
+    journal.append_many([Append(stream=s, expected_version=0, events=[_ev(0)]) for s in streams])
+    head = journal.head()
+    appends = [Append(stream=s, expected_version=1, events=[_ev(1)]) for s in streams]
+    appends[57] = Append(stream=streams[57], expected_version=expected, events=[_ev(1)])
+    with pytest.raises(AppendConflict) as info:
+        journal.append_many(appends)
+    assert info.value.stream == streams[57]
+    assert journal.head() == head

@@ -137,6 +137,9 @@ def _insert_statement(*, with_lock: bool) -> Insert:
     return insert(_events).from_select(columns, rows).execution_options(preserve_rowcount=True)
 
 
+_BULK_ROWS = 64
+"""From this many rows over distinct streams, appends take the bulk path (one guard query)."""
+
 _INSERT_STMT = _insert_statement(with_lock=False)
 _INSERT_LOCKED_STMT = _insert_statement(with_lock=True)
 
@@ -397,6 +400,10 @@ class SqlJournal:
         now = datetime.now(timezone.utc)
         for row in rows:
             row["recorded_at"] = now
+        streams = {a.stream for a in appends}
+        if len(rows) >= _BULK_ROWS and len(streams) == len(appends):
+            self._append_bulk(conn, state, appends, rows)
+            return
         if not self._sqlite:
             needed = sorted(
                 ({row["category"] for row in rows} & self.ordered_categories) - state.locked
@@ -421,6 +428,56 @@ class SqlJournal:
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
             raise self._conflict(appends)
+
+    def _append_bulk(
+        self,
+        conn: Connection,
+        state: _TxState,
+        appends: Sequence[Append],
+        rows: list[dict[str, Any]],
+    ) -> None:
+        """Many streams at once (the dispatcher): one guard query, then a plain executemany.
+
+        The per-row guard of the normal path (an ``EXISTS`` per row) is replaced by reading
+        every stream's current version once. Versions only grow, so a stream found at its
+        expected version can at worst have moved on by the time of the INSERT, which the
+        unique constraint then refuses: no gap can be written.
+        """
+        if not self._sqlite:
+            needed = sorted(
+                ({r["category"] for r in rows} & self.ordered_categories) - state.locked
+            )
+            for category in needed:  # before any position is drawn, in a fixed order
+                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+            state.locked.update(needed)
+        names = [a.stream for a in appends]
+        current: dict[str, int] = {}
+        for start in range(0, len(names), 1000):
+            query = (
+                select(_events.c.stream, func.max(_events.c.version))
+                .where(_events.c.stream.in_(names[start : start + 1000]))
+                .group_by(_events.c.stream)
+            )
+            current.update((stream, int(version)) for stream, version in conn.execute(query))
+        for append in appends:
+            found = current.get(append.stream, 0)
+            if found != append.expected_version:
+                state.failed = True
+                raise AppendConflict(
+                    f"stream {append.stream!r} is at version {found}, "
+                    f"not {append.expected_version}",
+                    stream=append.stream,
+                    expected_version=append.expected_version,
+                    actual_version=found,
+                )
+        plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
+        try:
+            conn.execute(insert(_events), plain)
+        except IntegrityError as exc:
+            state.failed = True
+            if not _is_version_conflict(exc):
+                raise
+            raise self._conflict(appends) from None
 
     def _conflict(self, appends: Sequence[Append]) -> AppendConflict:
         """Tell which append does not fit the committed state of its stream.
