@@ -31,7 +31,7 @@ class DurableConfig:
     """``durable_max_input_bytes``: larger inputs and step results are refused."""
     sqlite_synchronous: str = "FULL"
     """``durable_sqlite_synchronous``: SQLite's ``synchronous`` pragma for the journal."""
-    poll_interval: float = 1.0
+    poll_interval: float = 0.5
     """``durable_poll_interval``: how often the dispatcher looks for changes by others (D3)."""
     short_sleep: float = 60.0
     """``durable_short_sleep``: durable sleeps up to this long come back by a broker countdown;
@@ -59,7 +59,7 @@ class DurableConfig:
                 _positive(conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES)
             ),
             sqlite_synchronous=synchronous,
-            poll_interval=_positive(conf, "durable_poll_interval", 1.0),
+            poll_interval=_positive(conf, "durable_poll_interval", 0.5),
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
         )

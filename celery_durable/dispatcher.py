@@ -33,6 +33,7 @@ from celery_durable.catchup import recent_due_times
 from celery_durable.codec import time_to_json
 from celery_durable.errors import AppendConflict, DurableError
 from celery_durable.events import (
+    RunsMissed,
     ScheduleEvent,
     from_stored,
     to_new_event,
@@ -138,6 +139,7 @@ class Dispatcher:
         self._failed_logged: set[str] = set()
         self._broker_down_since: datetime | None = None
         self._next_resend_check: datetime | None = None
+        self._missed = 0
         self.run_lease = config.run_lease
         self.runs = RunStore(durable.journal)
 
@@ -154,8 +156,15 @@ class Dispatcher:
         else:
             self.refresh(now)
         due = self._pop_due(now)
+        self._missed = 0
         for start in range(0, len(due), CHUNK):
-            self._process(due[start : start + CHUNK], now)
+            # A fresh time per chunk: a long burst does not decide its last chunk late.
+            chunk_now = now if start == 0 else self.durable.now()
+            self._process(due[start : start + CHUNK], chunk_now)
+        if self._missed:
+            log.warning(
+                "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
+            )
         self._resend_runs(now)
         return self._sleep_after(self.durable.now())
 
@@ -329,6 +338,7 @@ class Dispatcher:
                     self._row_version[sid] = state.version
                 for event in events:
                     signals.announce(self, sid, event)
+                    self._missed += isinstance(event, RunsMissed)
             return
 
     def _send(

@@ -72,7 +72,7 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
         run_failed_to_start.send(sender=sender, error=event.error, **fields)
     elif isinstance(event, RunsMissed):
-        log.warning(
+        log.info(
             "schedule %s: %s missed due time(s) up to %s dropped by its catch-up policy",
             sid, "many" if event.count is None else event.count, time_to_json(event.through),
             extra={"schedule": sid, "count": event.count},
