@@ -210,8 +210,7 @@ class RunStore:
             }
             for r in sent
         ]
-        insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[conn.dialect.name]
-        statement: Any = insert_for(runs_table)
+        statement: Any = _insert_for(conn)(runs_table)
         statement = statement.on_conflict_do_nothing(index_elements=["run_id"])
         for start in range(0, len(rows), 1000):
             conn.execute(statement, rows[start : start + 1000])
@@ -281,10 +280,22 @@ class RunStore:
             update(runs_table).where(runs_table.c.run_id == run_id).values(**values)
         )
         if result.rowcount == 0:
-            values.setdefault("status", RUNNING)
-            values.setdefault("task", task or "")
-            values.setdefault("message", dumps(message_json((), {})))
-            conn.execute(insert(runs_table).values(run_id=run_id, **values))
+            # The dispatcher may be inserting this row at the same moment (it records a sent
+            # run after the send, and a fast worker can get there first): insert-or-update.
+            row = {
+                "status": RUNNING,
+                "task": task or "",
+                "message": dumps(message_json((), {})),
+                **values,
+                "run_id": run_id,
+            }
+            statement: Any = _insert_for(conn)(runs_table).values(**row)
+            conn.execute(statement.on_conflict_do_update(index_elements=["run_id"], set_=values))
+
+
+def _insert_for(conn: Connection) -> Any:
+    """The dialect's INSERT, which has ``on_conflict_do_*`` (both supported dialects do)."""
+    return {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[conn.dialect.name]
 
 
 def due_filter(now: datetime) -> Any:

@@ -12,7 +12,7 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_durable import Durable, Every, Finished, ScheduledRun, sleep
-from tests.support.clock import FakeClock
+from tests.support.clock import T0, FakeClock
 from tests.support.processes import wait_for
 
 UTC = timezone.utc
@@ -81,3 +81,41 @@ def test_w4_long_sleep_is_woken_by_the_dispatcher(durable: Durable, clock: FakeC
         assert durable.outcome(run, timeout=15) == Finished("woke")
     [view] = durable.schedules.runs("nap")
     assert (view.state, view.outcome) == ("started", "finished")  # V2: a durable run's outcome
+
+
+def test_worker_claim_racing_the_dispatchers_record_of_the_send(pg_url: str) -> None:
+    """A fast worker claims a run while the dispatcher's row for it is not committed yet."""
+    import threading
+    import time
+
+    from celery_durable.journal import SqlJournal
+    from celery_durable.runs import Resend, RunStore
+
+    journal = SqlJournal(pg_url)
+    now = T0
+    run = "s@2026-12-02T00:00:00.0000000Z"
+    sent = Resend(run_id=run, task="t", args=[], kwargs={}, options={}, headers={})
+    errors: list[Exception] = []
+
+    def dispatcher() -> None:
+        with journal.transaction() as conn:
+            RunStore.record_sent_in(conn, [sent], now=now, lease=300)
+            time.sleep(1.0)  # inserted, not committed yet
+
+    def worker() -> None:
+        time.sleep(0.3)
+        try:
+            with journal.transaction() as conn:
+                RunStore.save_in(conn, run, now=now, task="t", status="running", owner="w")
+        except Exception as exc:  # the test reports it below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=dispatcher), threading.Thread(target=worker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    row = RunStore(journal).row(run)
+    assert row is not None and (row["status"], row["owner"]) == ("running", "w")
+    journal.close()

@@ -1,0 +1,349 @@
+"""Every code block of every page in docs/ is executed or checked (docs/testing.md, "Docs").
+
+The convention, per fenced block, by its language tag:
+
+* ``python`` -- executed. The blocks of one page run in order in one namespace, in a fresh
+  temp dir that is the current directory and on ``sys.path``, with an embedded-defaults
+  environment: ``CELERY_DURABLE_URL`` points at a SQLite file there, ``CELERY_BROKER_URL`` is
+  ``memory://``.
+* ``pycon`` -- a doctest (``>>>`` lines), run in the same namespace; ``...`` matches anything.
+* ``console`` -- each ``$ `` line is a command, run with bash in the page's temp dir (``python``
+  and ``celery`` are this interpreter's); the lines below it, if any, are its expected output,
+  compared doctest style. A command whose expected output starts with ``Error:`` must fail,
+  every other must succeed. ``bash``, ``sh``, ``shell`` -- the block is one bash script
+  (``set -e``) that must succeed.
+* ``json``, ``toml``, ``ini`` -- parsed. ``yaml`` -- parsed when PyYAML is installed.
+* anything else (``text``, ``sql``, …) and a block without a language -- not allowed unless
+  marked skipped.
+
+Markers, an HTML comment on the last non-blank line before the fence:
+
+* ``<!-- docs-test: skip REASON -->`` -- the block is not run; the reason is required.
+* ``<!-- docs-test: file NAME -->`` -- the block is written to ``NAME`` in the page's temp dir
+  (for the project module that later blocks import or name with ``celery -A``), not run.
+
+docs/cli.md's ``python`` and ``console`` blocks are run by tests/test_cli_docs.py (in process,
+with their outputs); here they are only parsed.
+"""
+
+from __future__ import annotations
+
+import configparser
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = None  # type: ignore[assignment]
+
+from tests.support.processes import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+MARKER = re.compile(r"^<!--\s*docs-test:\s*(\S+)\s*(.*?)\s*-->$")
+FENCE = re.compile(r"^(\s*)(```+)\s*([\w+-]*)\s*$")
+SHELLS = {"bash", "sh", "shell"}
+PARSED = {"json", "toml", "ini", "yaml"}
+RUN_ELSEWHERE = {("cli.md", "python"), ("cli.md", "console")}  # tests/test_cli_docs.py
+_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+@dataclass
+class Block:
+    page: str
+    line: int
+    language: str
+    text: str
+    action: str  # "run", "skip", "file"
+    argument: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+
+def blocks_of(page: Path) -> list[Block]:
+    """The fenced blocks of a page with their markers; a malformed marker fails here."""
+    found: list[Block] = []
+    lines = page.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, ticks, language = match.groups()
+        start = i
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and lines[i].strip() != ticks:
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i])
+            i += 1
+        if i == len(lines):
+            pytest.fail(f"docs/{page.name}:{start + 1}: the block is never closed")
+        i += 1
+        previous = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
+        action, argument = "run", ""
+        marker = MARKER.match(previous)
+        if marker:
+            action, argument = marker.groups()
+            if action not in ("skip", "file"):
+                pytest.fail(f"docs/{page.name}:{start + 1}: unknown docs-test marker {action!r}")
+            if not argument:
+                pytest.fail(
+                    f"docs/{page.name}:{start + 1}: 'docs-test: {action}' needs "
+                    + ("a reason" if action == "skip" else "a file name")
+                )
+        elif "docs-test" in previous:
+            pytest.fail(f"docs/{page.name}:{start + 1}: malformed docs-test marker {previous!r}")
+        found.append(
+            Block(page.name, start + 1, language.lower(), "\n".join(body) + "\n", action, argument)
+        )
+    return found
+
+
+def test_the_docs_have_pages() -> None:
+    names = {p.name for p in PAGES}
+    assert {"index.md", "tutorial.md", "reference.md", "testing.md", "cli.md"} <= names
+
+
+def test_every_page_in_the_nav_exists_or_is_expected() -> None:
+    """mkdocs.yml lists every page of docs/ (pages listed there may still be in the making)."""
+    missing = {p.name for p in PAGES} - nav_pages()
+    assert not missing, f"pages not in mkdocs.yml's nav: {sorted(missing)}"
+
+
+def nav_pages() -> set[str]:
+    nav = (REPO_ROOT / "mkdocs.yml").read_text()
+    return set(re.findall(r":\s*([\w./-]+\.md)\s*$", nav, re.M))
+
+
+def test_mkdocs_builds_strict(tmp_path: Path) -> None:
+    """Where MkDocs is installed (it is not a dependency): the site builds without warnings."""
+    pytest.importorskip("mkdocs")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_relative_links_between_pages_resolve() -> None:
+    """A link to another page must find it, or at least a page the nav expects."""
+    expected = nav_pages()
+    broken = []
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", text):
+            if "://" in target or target in expected:
+                continue
+            if not (page.parent / target).resolve().exists():
+                broken.append(f"docs/{page.name} -> {target}")
+    assert not broken
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.filterwarnings("ignore:Task name .* is already registered")  # pages reuse names
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = blocks_of(page)
+    env = docs_env(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules_before = set(sys.modules)
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+    try:
+        for block in blocks:
+            check_block(block, namespace, tmp_path, env)
+    finally:
+        close_durables(namespace)
+        for name in set(sys.modules) - modules_before:
+            module_file = getattr(sys.modules[name], "__file__", None) or ""
+            if module_file.startswith(str(tmp_path)):
+                close_durables(vars(sys.modules[name]))
+                del sys.modules[name]
+
+
+def check_block(block: Block, namespace: dict[str, object], tmp: Path, env: dict[str, str]) -> None:
+    if block.action == "skip":
+        excerpt = re.match(r"excerpt of (\S+)", block.argument)
+        if excerpt:  # the code shown must be the code that runs
+            source = (REPO_ROOT / excerpt.group(1)).read_text()
+            assert block.text in source, f"{block.where}: not in {excerpt.group(1)} any more"
+        return
+    if block.action == "file":
+        target = tmp / block.argument
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(block.text)
+        return
+    if (block.page, block.language) in RUN_ELSEWHERE:
+        return
+    language = block.language
+    if language == "python":
+        code = compile(block.text, block.where, "exec")
+        exec(code, namespace)
+    elif language == "pycon":
+        run_doctest(block, namespace)
+    elif language == "console":
+        run_console(block, tmp, env)
+    elif language in SHELLS:
+        result = bash("set -e\n" + block.text, tmp, env)
+        assert result.returncode == 0, f"{block.where}\n{result.stdout}{result.stderr}"
+    elif language in PARSED:
+        parse(block)
+    else:
+        pytest.fail(
+            f"{block.where}: a {language or 'untagged'!s} block is neither run nor checked: "
+            "give it a language (python, pycon, console, bash, json, toml, ini) or mark it "
+            "'<!-- docs-test: skip REASON -->'"
+        )
+
+
+def run_doctest(block: Block, namespace: dict[str, object]) -> None:
+    test = doctest.DocTestParser().get_doctest(
+        block.text, namespace, block.where, block.page, block.line
+    )
+    runner = doctest.DocTestRunner(optionflags=_FLAGS, verbose=False)
+    report: list[str] = []
+    runner.run(test, out=report.append, clear_globs=False)
+    assert runner.failures == 0, "".join(report)
+
+
+def run_console(block: Block, tmp: Path, env: dict[str, str]) -> None:
+    checker = doctest.OutputChecker()
+    examples = console_examples(block.text)
+    assert examples, f"{block.where}: a console block without '$ ' commands"
+    for command, want in examples:
+        result = bash(command, tmp, env)
+        got = result.stdout + result.stderr
+        failed = want.startswith("Error:")
+        assert (result.returncode != 0) == failed, (
+            f"{block.where}: $ {command}\nexit {result.returncode}\n{got}"
+        )
+        if want and not checker.check_output(want, got, _FLAGS):
+            pytest.fail(f"{block.where}: $ {command}\nexpected:\n{want}got:\n{got}")
+
+
+def console_examples(text: str) -> list[tuple[str, str]]:
+    """``(command, expected output)`` pairs; a command may go on over ``\\`` line ends."""
+    found: list[tuple[str, str]] = []
+    continued = False
+    for line in text.splitlines():
+        if continued and found:
+            command, want = found[-1]
+            found[-1] = (command + "\n" + line, want)
+        elif line.startswith("$ "):
+            found.append((line[2:], ""))
+        elif found:
+            command, want = found[-1]
+            found[-1] = (command, want + line + "\n")
+        continued = line.endswith("\\") and (continued or line.startswith("$ "))
+    return found
+
+
+def parse(block: Block) -> None:
+    text = block.text
+    try:
+        if block.language == "json":
+            json.loads(text)
+        elif block.language == "toml" and tomllib is not None:
+            tomllib.loads(text)
+        elif block.language == "ini":
+            configparser.ConfigParser().read_string(text)
+        elif block.language == "yaml":
+            yaml = pytest.importorskip("yaml")
+            yaml.safe_load(text)
+    except Exception as exc:
+        pytest.fail(f"{block.where}: {block.language} does not parse: {exc}")
+
+
+def docs_env(tmp: Path) -> dict[str, str]:
+    """Embedded defaults, plus ``python`` and ``celery`` commands that are this interpreter's."""
+    bin_dir = tmp / ".bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    celery = bin_dir / "celery"
+    celery.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m celery "$@"\n')
+    celery.chmod(0o755)
+    path = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+    pythonpath = os.pathsep.join([str(tmp), str(REPO_ROOT)])
+    return {
+        "PATH": path,
+        "PYTHONPATH": pythonpath,
+        "CELERY_DURABLE_URL": f"sqlite:///{tmp / 'journal.db'}",
+        "CELERY_BROKER_URL": "memory://",
+        "EXAMPLE_DATA_DIR": str(tmp / "example-data"),
+    }
+
+
+def bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # memory:// is in-process only: commands get the broker their app configures.
+    full = {k: v for k, v in {**os.environ, **env}.items() if k != "CELERY_BROKER_URL"}
+    return subprocess.run(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def close_durables(namespace: dict[str, object]) -> None:
+    from celery_durable import Durable
+
+    for value in list(namespace.values()):
+        if isinstance(value, Durable):
+            value.close()
+
+
+def test_markers_are_checked(tmp_path: Path) -> None:
+    """The parser itself: a skip needs a reason, markers must be known, fences must close."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        textwrap.dedent(
+            """\
+            <!-- docs-test: skip long-running -->
+
+            ```console
+            $ celery -A proj worker
+            ```
+
+            <!-- docs-test: file proj.py -->
+            ```python
+            x = 1
+            ```
+
+            ```json
+            {"a": 1}
+            ```
+            """
+        )
+    )
+    blocks = blocks_of(page)
+    assert [(b.language, b.action, b.argument) for b in blocks] == [
+        ("console", "skip", "long-running"),
+        ("python", "file", "proj.py"),
+        ("json", "run", ""),
+    ]
+    for bad in ("<!-- docs-test: skip -->", "<!-- docs-test: maybe x -->", "<!-- docs-test -->"):
+        page.write_text(f"{bad}\n```python\nx = 1\n```\n")
+        with pytest.raises(pytest.fail.Exception):
+            blocks_of(page)
+    assert console_examples("$ a \\\n  b\nout\n$ c\n") == [("a \\\n  b", "out\n"), ("c", "")]
