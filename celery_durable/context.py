@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import (
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    PendingRollbackError,
+)
+
 from celery_durable.codec import time_to_json
-from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
 from celery_durable.ids import idempotency_key, run_stream
 from celery_durable.journal import Append, NewEvent
 from celery_durable.replay import (
@@ -220,17 +228,21 @@ class RunContext:
         raise DurableError(f"run {self.run_id!r}: too many concurrent writers to its journal")
 
     def _write(self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime) -> int:
-        if values is None:
-            return self.journal.append(self.stream, self.state.version, batch)
-        with self.journal.transaction() as conn:
-            append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
-            version = self.journal.append_in(conn, [append])[0]
-            RunStore.save_in(conn, self.run_id, now=now, **values)
-        return version
+        with journal_errors():
+            if values is None:
+                return self.journal.append(self.stream, self.state.version, batch)
+            with self.journal.transaction() as conn:
+                append = Append(
+                    stream=self.stream, expected_version=self.state.version, events=batch
+                )
+                version = self.journal.append_in(conn, [append])[0]
+                RunStore.save_in(conn, self.run_id, now=now, **values)
+            return version
 
     def catch_up(self) -> None:
         """Fold what others appended; raise :class:`LostClaim` if the run is no longer ours."""
-        fold(self.journal.read_stream(self.stream, self.state.version), self.state)
+        with journal_errors():
+            fold(self.journal.read_stream(self.stream, self.state.version), self.state)
         claim = self.state.claim
         if claim is None or claim.owner != self.owner or self.state.ended:
             raise LostClaim()
@@ -277,6 +289,16 @@ class RunContext:
         the run must not go to sleep."""
         state = self.state
         return state.cancel_pending or (wait is not None and state.pending_signal(wait) is not None)
+
+
+@contextmanager
+def journal_errors() -> Iterator[None]:
+    """Turn a lost journal connection in the library's own reads and writes into
+    :class:`JournalUnavailable`, so it is never mistaken for a failure of the task body."""
+    try:
+        yield
+    except (OperationalError, InterfaceError, PendingRollbackError, DisconnectionError) as exc:
+        raise JournalUnavailable(f"journal unavailable: {type(exc).__name__}: {exc}") from exc
 
 
 def claim_row(owner: str, lease_until: datetime) -> dict[str, Any]:

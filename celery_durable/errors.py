@@ -79,3 +79,11 @@ class RunEnded(DurableError):
 
 class AttemptTimeout(DurableError, TimeoutError):
     """One attempt of a step ran longer than its policy's ``timeout`` (W3)."""
+
+
+class JournalUnavailable(JournalError):
+    """The journal could not be reached (connection lost, server down, database locked).
+
+    A durable task that meets it while storing its own progress is delivered again later; the
+    run is not ended by it.
+    """

@@ -257,14 +257,24 @@ Delivery = Ended | Busy | NotYet | Proceed
 
 
 def on_delivery(
-    state: RunState, now: datetime, owner_alive: Callable[[str], bool] = lambda _owner: True
+    state: RunState,
+    now: datetime,
+    owner_alive: Callable[[str], bool] = lambda _owner: True,
+    *,
+    owner: str | None = None,
 ) -> Delivery:
     """What a delivery of the run's message should do, given the stored state. Pure, apart
-    from ``owner_alive(owner)``, which may say that a claim's owner is known to be dead."""
+    from ``owner_alive(owner)``, which may say that a claim's owner is known to be dead.
+    ``owner``: this delivery's claim name; a claim of its own is no obstacle."""
     if state.outcome is not None:
         return Ended(state.outcome)
     claim = state.claim
-    if claim is not None and claim.lease_until > now and owner_alive(claim.owner):
+    if (
+        claim is not None
+        and claim.owner != owner
+        and claim.lease_until > now
+        and owner_alive(claim.owner)
+    ):
         return Busy(claim.owner, claim.lease_until)
     if state.suspended and not state.cancel_pending:
         until = state.suspended_until

@@ -24,8 +24,8 @@ from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
 
 from celery_durable.codec import check_json_value, time_from_json, time_to_json
-from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row
-from celery_durable.errors import AppendConflict, DurableError, RunParked
+from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row, journal_errors
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
 from celery_durable.ids import run_stream
 from celery_durable.outcomes import Faulted, Finished, Outcome, raise_for
 from celery_durable.replay import (
@@ -155,6 +155,10 @@ def short_sleep_limit(app: Any) -> float:
     return limit
 
 
+OWNER_HEADER = "durable_owner"
+"""Message header naming the claim a re-sent delivery takes over (its own, from before)."""
+
+
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
@@ -201,13 +205,24 @@ def deliver(
         # A plain function call, not a Celery execution: no run, steps are plain calls.
         return body(*decode_args(args), **kwargs)
     eager = bool(request.is_eager)
+    # A delivery sent again because the journal was away keeps the claim it had (W8).
+    owner = getattr(request, OWNER_HEADER, None) or _owner()
     while True:
         try:
-            return _deliver_once(task, run_id, args, kwargs, body, eager)
+            return _deliver_once(task, run_id, args, kwargs, body, eager, owner)
         except Suspend as suspend:
             until = suspend.until
         except _Later as later:
             until = later.until
+        except JournalUnavailable as exc:
+            # Nothing is lost: what was stored stays, the rest is replayed. Come back later.
+            retries = int(getattr(task.request, "retries", 0) or 0)
+            delay = min(2.0 ** min(retries, 5), 30.0)
+            log.warning("run %s: %s; delivered again in %.0f s", run_id, exc, delay)
+            if eager:
+                time.sleep(delay)
+                continue
+            raise _send_again(task, delay, headers={OWNER_HEADER: owner}) from None
         durable: Durable = task.durable
         now = durable.now()
         wait = None if until is None else max(0.0, (until - now).total_seconds())
@@ -221,11 +236,12 @@ def deliver(
         return None
 
 
-def _send_again(task: Any, countdown: float) -> CeleryRetry:
+def _send_again(task: Any, countdown: float, headers: dict[str, Any] | None = None) -> CeleryRetry:
     """Publish the same message again (same task id) with a countdown; return the Celery
     ``Retry`` to raise, which makes the worker acknowledge this delivery. Unlike
     ``task.retry`` it has no retry limit: a durable run may sleep any number of times."""
-    signature = task.signature_from_request(task.request, countdown=countdown)
+    extra = {"headers": headers} if headers else {}
+    signature = task.signature_from_request(task.request, countdown=countdown, **extra)
     signature.apply_async()
     return CeleryRetry(f"durable run waits {countdown:.3f} s", when=countdown, sig=signature)
 
@@ -243,12 +259,13 @@ def _deliver_once(
     kwargs: dict[str, Any],
     body: Callable[..., Any],
     eager: bool,
+    owner: str,
 ) -> Any:
     durable: Durable = task.durable
     journal = durable.journal
     stream = run_stream(run_id)
-    state = fold(journal.read_stream(stream))
-    owner = _owner()
+    with journal_errors():
+        state = fold(journal.read_stream(stream))
     run = RunContext(
         durable,
         run_id=run_id,
@@ -260,7 +277,7 @@ def _deliver_once(
     )
     for _ in range(_CLAIM_ATTEMPTS):
         now = durable.now()
-        decision = on_delivery(state, now, owner_alive)
+        decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
             log.info("run %s has ended already; returning its stored outcome", run_id)
             return raise_for(run_id, decision.outcome)
@@ -276,9 +293,11 @@ def _deliver_once(
             raise _Later(decision.until)
         if isinstance(decision, Proceed):
             try:
-                _claim(run, task, args, kwargs, now)
+                with journal_errors():
+                    _claim(run, task, args, kwargs, now)
             except AppendConflict:
-                fold(journal.read_stream(stream, state.version), state)
+                with journal_errors():
+                    fold(journal.read_stream(stream, state.version), state)
                 continue
             break
     else:
@@ -331,7 +350,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
     try:
         try:
             value = body(*decode_args(args), **kwargs)
-        except (Suspend, LostClaim, CeleryRetry, Ignore, Reject):
+        except (Suspend, LostClaim, CeleryRetry, Ignore, Reject, JournalUnavailable):
             raise
         except Park:
             _park(run)

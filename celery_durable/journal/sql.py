@@ -17,10 +17,13 @@ Three decisions shape this module; docs/journal.md gives the measurements behind
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,7 +49,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.sql import Insert, Select
 
 from celery_durable.errors import AppendConflict, JournalError
@@ -304,7 +307,7 @@ class SqlJournal:
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-            mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _set_wal(cursor)
             if str(mode).lower() != "wal":
                 log.warning("SQLite journal %s runs in %s mode, not WAL", self.url, mode)
             cursor.execute(f"PRAGMA synchronous = {self._synchronous}")
@@ -341,7 +344,10 @@ class SqlJournal:
                     )
             finally:
                 self._local.open = False
-                conn.info.pop(_TX_KEY, None)
+                # On a connection the server dropped even reading `info` raises: keep the
+                # original error, not that one.
+                with contextlib.suppress(SQLAlchemyError):
+                    conn.info.pop(_TX_KEY, None)
 
     def _refuse_nesting(self) -> None:
         if getattr(self._local, "open", False):
@@ -572,6 +578,19 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
 def open_journal(url: str, **options: Any) -> SqlJournal:
     """Build a :class:`SqlJournal` (nothing connects until it is first used)."""
     return SqlJournal(url, **options)
+
+
+def _set_wal(cursor: Any) -> str:
+    """``PRAGMA journal_mode = WAL``, retried: on a new file several processes race for it, and
+    SQLite may answer ``database is locked`` at once instead of waiting for the busy timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            return str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _on_sqlite_begin(conn: Connection) -> None:

@@ -1,0 +1,121 @@
+"""Upgrade safety (issue 7 §4; SPEC §9): open a journal written by an earlier version.
+
+``tests/data/journal-v1.sqlite`` was written through the public API by
+``tests/data/make_journal_v1.py`` (see its docstring for what it holds). The test works on a
+copy, reads every state back, and lets the current dispatcher and durable-task code continue
+from it. A change to a stored format must keep this test green, or add a migration.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from celery_durable import Faulted, Finished
+from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
+
+EXPECTED_SCHEDULES = {
+    # id: (paused, deleted, next_due after BASE, runs by (state, outcome))
+    "every-10m": (False, False, BASE + timedelta(minutes=70), {("started", None): 6}),
+    "pending-5m": (
+        False, False, BASE + timedelta(minutes=70),
+        {("started", None): 12, ("decided", None): 1},
+    ),
+    "paused-daily": (True, False, None, {}),
+    "deleted-cron": (False, True, None, {("started", None): 1}),
+    "changed-weekly": (False, False, BASE + timedelta(days=3, hours=-4), {}),
+    "once": (False, False, None, {("started", None): 1}),
+    "skip-durable": (
+        False, False, BASE + timedelta(minutes=66),
+        {("skipped", None): 60, ("started", "queued"): 1},
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    path = tmp_path / "journal-v1.sqlite"
+    shutil.copyfile(FIXTURE, path)
+    return path
+
+
+def test_the_fixture_is_a_v1_sqlite_journal() -> None:
+    conn = sqlite3.connect(f"file:{FIXTURE}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        versions = dict(conn.execute("SELECT component, version FROM celery_durable_schema"))
+        assert versions == {"journal": 1}
+        types = {t for (t,) in conn.execute("SELECT DISTINCT type FROM celery_durable_events")}
+    finally:
+        conn.close()
+    assert {"ScheduleCreated", "ScheduleChanged", "SchedulePaused", "ScheduleDeleted",
+            "RunDecided", "RunStarted", "RunSkipped", "RunsMissed", "StepCompleted",
+            "SignalReceived", "RunFinished", "RunFaulted"} <= types  # fmt: skip
+
+
+def test_current_code_reads_every_state(copy: Path) -> None:
+    durable, _ = build(f"sqlite:///{copy}", Clock(BASE + timedelta(minutes=66)))
+    try:
+        views = {v.id: v for v in durable.schedules.list(include_deleted=True)}
+        assert set(views) == set(EXPECTED_SCHEDULES)
+        for sid, (paused, deleted, next_due, runs) in EXPECTED_SCHEDULES.items():
+            view = views[sid]
+            assert (view.paused, view.deleted, view.next_due) == (paused, deleted, next_due), sid
+            got = Counter((r.state, r.outcome) for r in durable.schedules.runs(sid))
+            assert got == Counter(runs), sid
+        changed = views["changed-weekly"]
+        assert changed.input == 2 and changed.catch_up.value == "none"
+        assert views["every-10m"].input == {"a": 1}
+        assert durable.outcome("flow-finished", 0) == Finished(
+            {"first": {"n": 3, "items": [1, 2.5, "é", None]}, "got": {"payload": "before the wait"}}
+        )
+        faulted = durable.outcome("flow-faulted", 0)
+        assert isinstance(faulted, Faulted) and "the fixture's failing step" in faulted.error
+        with pytest.raises(LookupError):
+            durable.outcome("flow-future", 0)
+    finally:
+        durable.close()
+
+
+def test_the_dispatcher_and_workers_continue_from_it(copy: Path) -> None:
+    clock = Clock(BASE + timedelta(minutes=70))
+    durable, tasks = build(f"sqlite:///{copy}", clock)
+    try:
+        before = durable.journal.head()
+        dispatcher = durable.dispatcher()
+        dispatcher.tick()
+        dispatcher.close()
+        # The run decided while the broker was down is enqueued now, with its old run ID ...
+        pending = Counter(r.state for r in durable.schedules.runs("pending-5m"))
+        assert pending == {"started": 14}  # 12 + the old pending one (13:05) + 13:10
+        # ... CatchUp.ALL continues where it stopped, no due time twice ...
+        every = durable.schedules.runs("every-10m")
+        assert [r.due for r in every] == [BASE + timedelta(minutes=m) for m in range(70, 0, -10)]
+        for sid in EXPECTED_SCHEDULES:
+            ids = [r.run_id for r in durable.schedules.runs(sid)]
+            assert len(ids) == len(set(ids)), sid
+        # ... paused, deleted and complete schedules stay so.
+        assert durable.schedules.runs("paused-daily") == []
+        assert len(durable.schedules.runs("deleted-cron")) == 1
+        assert len(durable.schedules.runs("once")) == 1
+        assert durable.journal.head() > before
+        # A signal stored before its run started is consumed by the new code.
+        tasks["flow"].apply(args=[4], task_id="flow-future")
+        outcome = durable.outcome("flow-future", 10)
+        assert isinstance(outcome, Finished) and outcome.value["got"] == ["kept", 1]
+        # A redelivery of a finished run returns its stored result and stores nothing.
+        head = durable.journal.head()
+        tasks["flow"].apply(args=[3], task_id="flow-finished")
+        assert durable.journal.head() == head
+    finally:
+        durable.close()
+    conn = sqlite3.connect(copy)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
