@@ -321,6 +321,7 @@ def check(
     cutoff: datetime,
     killed_workers: set[int],
     terminated_runs: set[str],
+    journal_lost_runs: set[str],
 ) -> None:
     with psycopg.connect(libpq(journal_db)) as conn:
         decided = decided_runs(conn)
@@ -427,13 +428,15 @@ def check(
     report.add("ledger: finished runs' keys with effects != 1", not_one, not_one == 0)
     report.add("ledger: keys with two effects", twice, twice == 0)
     repeated = {key: rows for key, rows in call_rows.items() if len(rows) > 1}
-    explained = unexplained = retried = cancelled = 0
+    explained = unexplained = retried = cancelled = lost_store = 0
     for key, rows in repeated.items():
         earlier = rows[:-1]
         if all(ppid in killed_workers for _, _, ppid, _ in earlier):
             explained += 1
         elif key.split("/")[1] in terminated_runs:
             cancelled += 1
+        elif key.split("/")[1] in journal_lost_runs:
+            lost_store += 1  # the step ran; storing its result met a terminated connection
         elif all(rows[i + 1][1] > rows[i][1] for i in range(len(rows) - 1)):
             retried += 1  # a ledger hiccup retried by the step's policy
         else:
@@ -444,6 +447,7 @@ def check(
     report.add("  explained by a kill inside the step", explained)
     report.add("  explained by Celery terminating it (broker lost)", cancelled)
     report.add("  explained by a step retry", retried)
+    report.add("  explained by a journal connection lost while storing it", lost_store)
     report.add("  unexplained", unexplained, unexplained == 0)
     report.add("ledger: repeated effects refused by key", refused)
 
@@ -453,6 +457,17 @@ def terminated(fleet: Fleet) -> set[str]:
     the broker connection kills the running task rather than lose its acknowledgement."""
     found: set[str] = set()
     pattern = re.compile(r"Task chaos\.job\[(.+?)\] cannot be acknowledged after a connection")
+    for proc in fleet.procs:
+        if proc.kind == "worker":
+            found.update(pattern.findall(proc.log_path.read_text(errors="replace")))
+    return found
+
+
+def journal_lost(fleet: Fleet) -> set[str]:
+    """Runs whose delivery met a terminated journal connection while storing its progress: the
+    step that had run is run again on the next delivery (at least once, S4's key refuses it)."""
+    found: set[str] = set()
+    pattern = re.compile(r"run (\S+): journal unavailable")
     for proc in fleet.procs:
         if proc.kind == "worker":
             found.update(pattern.findall(proc.log_path.read_text(errors="replace")))
@@ -605,7 +620,10 @@ def run_phases(
     # The harness's own pooled connections were terminated too: read with a fresh client.
     reader = client(redis.url, sqlalchemy_url(journal_db))
     try:
-        check(report, reader, journal_db, ledger_db, cutoff, killed_workers, terminated(fleet))
+        check(
+            report, reader, journal_db, ledger_db, cutoff, killed_workers, terminated(fleet),
+            journal_lost(fleet),
+        )  # fmt: skip
     finally:
         reader.close()
     summary = {
