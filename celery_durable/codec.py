@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from celery_durable.errors import InvalidSchedule
@@ -90,6 +91,15 @@ def _same(a: Any, b: Any) -> bool:
 
 def time_to_json(moment: datetime) -> str:
     """An aware datetime as ISO 8601 UTC with microseconds and ``Z``."""
+    if type(moment) is datetime:
+        # Cached: a burst writes the same few instants (its "now", shared due times) thousands
+        # of times. Exact datetimes only: anything else must fail as it always did.
+        return _time_text(moment)
+    return _time_text.__wrapped__(moment)
+
+
+@lru_cache(maxsize=4096)
+def _time_text(moment: datetime) -> str:
     if moment.tzinfo is not timezone.utc:
         moment = moment.astimezone(timezone.utc)
     # isoformat is several times faster than strftime; this runs for every stored time.

@@ -43,9 +43,7 @@ from celery_durable.index import (
     ScheduleIndex,
     UnreadableEntry,
     attention_of,
-    entry_row,
     fold_stored,
-    upsert,
 )
 from celery_durable.journal import Append
 from celery_durable.lease import Lease, default_owner
@@ -71,6 +69,14 @@ CHUNK = 1000
 
 MIN_SLEEP = 0.02
 """The shortest sleep between ticks (seconds)."""
+
+INDEX_CHECKPOINT = timedelta(seconds=1)
+"""How often the index rows of the dispatcher's own decisions and starts are written (D2).
+
+The rows are a cache for start-up: writing them behind the decisions, in one batch per
+interval, keeps them off the path from due time to broker. A crash loses nothing: start-up reads
+the events stored after the saved position, at most this interval's worth more.
+"""
 
 MESSAGE_OPTIONS = (
     "queue",
@@ -132,6 +138,8 @@ class Dispatcher:
         self._position = 0
         self._states: dict[str, ScheduleState] = {}
         self._row_version: dict[str, int] = {}
+        self._dirty: set[str] = set()
+        self._next_checkpoint: datetime | None = None
         self._attention: dict[str, datetime] = {}
         self._heap: list[tuple[datetime, str]] = []
         self._retry_at: dict[str, datetime] = {}
@@ -198,6 +206,7 @@ class Dispatcher:
             self.index.rebuild(now)
         self._states.clear()
         self._row_version.clear()
+        self._dirty.clear()
         self._heap.clear()
         self._attention.clear()
         self._position = self.index.position()
@@ -207,9 +216,16 @@ class Dispatcher:
         self.refresh(now)
 
     def refresh(self, now: datetime) -> None:
-        """Fold the schedule events stored since the last read into the index rows."""
+        """Fold the schedule events stored since the last read; write the rows that lag.
+
+        Rows changed by other processes (a schedule created or changed through the API) are
+        written at once; rows that only lag behind this dispatcher's own appends wait for the
+        next checkpoint (:data:`INDEX_CHECKPOINT`).
+        """
         events = self.index.events_after(self._position)
         if not events:
+            if self._dirty and self._checkpoint_due(now):
+                self.checkpoint(now)
             return
         sids = {e.stream.split("/", 1)[1] for e in events}
         try:
@@ -218,6 +234,7 @@ class Dispatcher:
             log.warning("%s: rebuilding the index", exc)
             self._states.clear()
             self._row_version.clear()
+            self._dirty.clear()
             self._adopt(self.index.rebuild(now))
             self._position = self.index.position()
             self._heap.clear()
@@ -227,23 +244,34 @@ class Dispatcher:
             return
         changed = fold_stored(self._states, events)
         self._position = events[-1].position
-        # Rows behind what was read: others' events, and our own decisions whose start was not
-        # recorded yet (their row is written with the start).
-        lagging = {s for s in sids if self._row_version.get(s, -1) < self._states[s].version}
+        self._dirty.update(sids)
+        if changed or self._checkpoint_due(now):
+            self.checkpoint(now)
+        for sid in changed:
+            self._watch(sid, attention_of(self._states[sid]))
+
+    def _checkpoint_due(self, now: datetime) -> bool:
+        return self._next_checkpoint is None or now >= self._next_checkpoint
+
+    def checkpoint(self, now: datetime) -> None:
+        """Write every lagging index row and the read position, in one transaction (D2)."""
+        lagging = [
+            s
+            for s in self._dirty
+            if s in self._states and self._row_version.get(s, -1) < self._states[s].version
+        ]
         self.index.save([self._states[s] for s in lagging], self._position, now)
         for sid in lagging:
             self._row_version[sid] = self._states[sid].version
-        for sid in changed:
-            self._watch(sid, attention_of(self._states[sid]))
+        self._dirty.clear()
+        self._next_checkpoint = now + INDEX_CHECKPOINT
 
     # Deciding and sending ----------------------------------------------------------------------
 
     def _process(self, sids: Sequence[str], now: datetime) -> None:
         states = self._states_of(sids)
         self._append(
-            {sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)},
-            now,
-            rows=False,
+            {sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)}
         )
         _crash_point("after-decide")
         sendable = [
@@ -267,8 +295,6 @@ class Dispatcher:
         # re-sends one whose worker never claims it.
         self._append(
             starts,
-            now,
-            rows=True,
             extra=lambda conn: RunStore.record_sent_in(
                 conn, durable_runs, now=now, lease=self.run_lease
             ),
@@ -290,17 +316,14 @@ class Dispatcher:
     def _append(
         self,
         commands: dict[str, list[Command]],
-        now: datetime,
         *,
-        rows: bool,
         extra: Callable[[Connection], None] | None = None,
     ) -> None:
         """Decide and append every schedule's commands in one transaction.
 
-        With ``rows``, the index rows of those schedules are written in the same transaction.
-        Without, they are written later (with the starts, or by :meth:`refresh`, which writes
-        every row that lags behind what was read). On a version conflict (another process
-        appended first, A8) the schedule is read again and its commands decided again.
+        The index rows follow at the next checkpoint (:meth:`refresh`). On a version conflict
+        (another process appended first, A8) the schedule is read again and its commands
+        decided again.
         """
         decided = {sid: self._decide(sid, cmds) for sid, cmds in commands.items()}
         decided = {sid: pair for sid, pair in decided.items() if pair[0]}
@@ -317,8 +340,6 @@ class Dispatcher:
             try:
                 with journal.transaction() as conn:
                     journal.append_in(conn, appends)
-                    if rows:
-                        upsert(conn, [entry_row(state, now) for _, state in decided.values()])
                     if extra is not None:
                         extra(conn)
             except AppendConflict as exc:
@@ -334,8 +355,6 @@ class Dispatcher:
                 continue
             for sid, (events, state) in decided.items():
                 self._states[sid] = state
-                if rows:
-                    self._row_version[sid] = state.version
                 for event in events:
                     signals.announce(self, sid, event)
                     self._missed += isinstance(event, RunsMissed)
@@ -558,7 +577,13 @@ class Dispatcher:
         return min(self._attention.values(), default=None)
 
     def close(self) -> None:
-        """Give up the lease so a standby takes over at once; calling it twice is harmless."""
+        """Write the lagging index rows, give up the lease; calling it twice is harmless."""
+        if self._loaded:
+            try:
+                self._next_checkpoint = None  # due now
+                self.refresh(self.durable.now())
+            except Exception:  # the rows are a cache: start-up reads the events instead
+                log.warning("could not write the index rows on close", exc_info=True)
         try:
             self.lease.release()
         except Exception:  # closing must not fail on a journal that is away

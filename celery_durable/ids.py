@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from urllib.parse import quote
 
 from celery_durable.errors import InvalidSchedule
@@ -80,6 +81,13 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
 
 def format_due(due: datetime) -> str:
     """A due time as ``YYYY-MM-DDTHH:MM:SS.fffffffZ`` (UTC, 7 fractional digits)."""
+    if type(due) is datetime:
+        return _due_text(due)  # cached: every run of a burst shares its due time
+    return _due_text.__wrapped__(due)
+
+
+@lru_cache(maxsize=4096)
+def _due_text(due: datetime) -> str:
     utc = to_utc(due, "due time")
     return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "0Z"
 

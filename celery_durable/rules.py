@@ -140,6 +140,8 @@ def _check_time(where: str, value: object) -> time:
 
 def _check_instant(where: str, value: object) -> datetime:
     """An aware datetime, returned as a plain ``datetime`` in UTC."""
+    if type(value) is datetime and value.tzinfo is UTC:
+        return value  # already what is returned below: the common case, without a copy
     if not isinstance(value, datetime):
         raise _invalid(where, f"expected an aware datetime, got {_show(value)}")
     try:

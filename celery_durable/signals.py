@@ -52,6 +52,8 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
     )
 
     if isinstance(event, RunDecided):
+        if not (run_decided.receivers or log.isEnabledFor(logging.INFO)):
+            return  # nobody listens: a burst announces thousands of these
         lag = (event.at - event.due).total_seconds()
         fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag}
         log.info(
@@ -60,6 +62,8 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
         )  # fmt: skip
         run_decided.send(sender=sender, reason=event.reason, **fields)
     elif isinstance(event, RunStarted):
+        if not (run_started.receivers or log.isEnabledFor(logging.DEBUG)):
+            return
         lag = (event.at - event.due).total_seconds()
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due, "lag": lag}
         log.debug("enqueued run %s (lag %.3fs)", fields["run_id"], lag, extra=fields)

@@ -13,6 +13,7 @@ from celery import Celery
 from sqlalchemy import event, text, update
 
 from celery_durable import CatchUp, Durable, Every
+from celery_durable.dispatcher import INDEX_CHECKPOINT
 from celery_durable.events import ScheduleCreated, to_new_event
 from celery_durable.index import PROJECTION
 from celery_durable.journal import Append
@@ -83,6 +84,44 @@ def test_index_rows_follow_the_events(durable: Durable, clock: FakeClock) -> Non
         assert state.runs_decided == 5
 
 
+def test_rows_of_own_decisions_are_written_at_the_checkpoint(
+    durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create("s0", "noop", None, Every(timedelta(seconds=1)), CatchUp.ALL)
+    d = durable.dispatcher()
+    clock.now += timedelta(milliseconds=1500)
+    d.tick()  # decides and starts one run; its row waits for the checkpoint
+    assert durable.index.load()["s0"].runs_decided == 0
+    clock.now += INDEX_CHECKPOINT
+    d.tick()  # folds the first run into the row, then decides the second
+    assert durable.index.load()["s0"].runs_decided == 1
+    assert durable.index.position() == durable.journal.head("schedule") - 2
+    d.close()
+    assert durable.index.load()["s0"] == durable._store.load("s0")
+
+
+def test_a_dispatcher_that_dies_between_checkpoints_loses_nothing(
+    durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create("s0", "noop", None, Every(timedelta(seconds=1)), CatchUp.ALL)
+    first = durable.dispatcher(owner="first")
+    for _ in range(3):
+        clock.now += timedelta(milliseconds=400)
+        first.tick()  # no close(): like kill -9, the rows of the last ticks are never written
+    behind = durable.index.load()["s0"]
+    clock.now += timedelta(seconds=11)  # the first one's lease runs out
+    second = durable.dispatcher(owner="second")
+    second.tick()
+    second.close()
+    row = durable.index.load()["s0"]
+    assert row == durable._store.load("s0")
+    assert row.runs_decided > behind.runs_decided
+    decided = [
+        e.data["due"] for e in durable.journal.read_stream("schedule/s0") if e.type == "RunDecided"
+    ]
+    assert len(decided) == len(set(decided)) == row.runs_decided  # each due time once
+
+
 def test_missing_index_table_is_rebuilt_from_events(
     durable: Durable, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -97,6 +136,7 @@ def test_missing_index_table_is_rebuilt_from_events(
         clock.now += timedelta(seconds=1)
         d.tick()
     assert any("rebuild" in r.getMessage() for r in caplog.records)
+    d.close()  # the rows of its own decisions are written at the checkpoint, at the latest here
     after = again.index.load()
     assert after["s0"].runs_decided == before["s0"].runs_decided + 1
     again.close()
@@ -119,6 +159,7 @@ def test_unreadable_row_is_named_and_the_index_rebuilt(
         clock.now += timedelta(seconds=1)
         d.tick()
     assert any("'s1'" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    d.close()
     rows = durable.index.load()
     assert rows["s1"].paused and rows["s0"].runs_decided == 4
 

@@ -946,3 +946,51 @@ def test_bulk_append_with_one_wrong_version_stores_nothing(
         journal.append_many(appends)
     assert info.value.stream == streams[57]
     assert journal.head() == head
+
+
+def test_bulk_append_loses_a_race_it_could_not_see_coming(pg_url: str) -> None:
+    """A writer commits a version after the bulk path's version check: COPY refuses the row.
+
+    ``run`` streams take no ordering lock, so the check and the insert can be overtaken.
+    """
+    journal = SqlJournal(pg_url)
+    streams = [f"run/bulk-{i}" for i in range(100)]
+    journal.append_many([Append(stream=s, expected_version=0, events=[_ev(0)]) for s in streams])
+    inserted, release = threading.Event(), threading.Event()
+
+    def other_writer() -> None:
+        with journal.transaction() as conn:
+            journal.append_in(
+                conn, [Append(stream=streams[57], expected_version=1, events=[_ev(9)])]
+            )
+            inserted.set()
+            release.wait(10)
+
+    other = threading.Thread(target=other_writer)
+    other.start()
+    assert inserted.wait(10)
+    outcome: list[BaseException | None] = []
+
+    def bulk() -> None:
+        try:
+            journal.append_many(
+                [Append(stream=s, expected_version=1, events=[_ev(1)]) for s in streams]
+            )
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    bulk_thread = threading.Thread(target=bulk)
+    bulk_thread.start()
+    time.sleep(0.5)  # the check has passed; the COPY waits for the other writer's row
+    assert not outcome
+    release.set()
+    other.join(10)
+    bulk_thread.join(10)
+    journal.close()
+    assert isinstance(outcome[0], AppendConflict)
+    assert outcome[0].stream == streams[57]
+    again = SqlJournal(pg_url)
+    assert [e.data["n"] for e in again.read_stream(streams[57])] == [0, 9]
+    assert [e.version for e in again.read_stream(streams[3])] == [1]
+    again.close()

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from celery_durable.errors import JournalError
 from celery_durable.journal.base import Append, NewEvent, StoredEvent, category_of
 
@@ -90,6 +92,13 @@ def encode_data(data: object, where: str = "data") -> str:
         raise TypeError(f"{where} must be a dict, not {type(data).__name__}")
     if not _is_plain_json(data):
         raise ValueError(_json_problem(data, where))
+    try:
+        # Plain JSON by the check above, so orjson writes what json would (compact, UTF-8),
+        # several times faster. It refuses ints beyond 64 bits and lone surrogates: those take
+        # the standard library's path, which keeps big ints exact and names bad text.
+        return orjson.dumps(data).decode()
+    except TypeError:
+        pass
     text = _ENCODER.encode(data)
     try:
         text.encode("utf-8")

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -476,9 +476,14 @@ class SqlJournal:
                     expected_version=append.expected_version,
                     actual_version=found,
                 )
-        plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
         try:
-            conn.execute(insert(_events), plain)
+            if self._sqlite:
+                plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
+                conn.execute(insert(_events), plain)
+            else:
+                copy_rows(
+                    conn, _events, _COPY_COLUMNS, (tuple(r[c] for c in _COPY_COLUMNS) for r in rows)
+                )
         except IntegrityError as exc:
             state.failed = True
             if not _is_version_conflict(exc):
@@ -597,6 +602,36 @@ def _on_sqlite_begin(conn: Connection) -> None:
     # SQLAlchemy's recipe for pysqlite ("Serializable isolation / Savepoints / Transactional DDL").
     write = conn.get_execution_options().get(WRITE_OPTION, False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+_COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
+
+
+def copy_rows(
+    conn: Connection, table: Table, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> None:
+    """PostgreSQL ``COPY … FROM STDIN`` inside the connection's open transaction.
+
+    The bulk paths use it: per row it costs a fraction of an ``executemany`` (the rows are
+    encoded by psycopg's C code and parsed once by the server). Errors come out as SQLAlchemy's
+    exceptions, like those of ``conn.execute`` (a unique violation is an ``IntegrityError``),
+    and a dropped connection is invalidated so that the pool does not hand it out again.
+    """
+    import psycopg
+
+    statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
+    driver = conn.connection.driver_connection
+    try:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:  # type: ignore[union-attr]
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            statement, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
 
 
 def _is_version_conflict(exc: IntegrityError) -> bool:

@@ -838,6 +838,7 @@ def child_tick(c: argparse.Namespace) -> None:
     profiler = cProfile.Profile() if c.profile_out else None
     ticks = 0
     t_ticks0 = time.perf_counter()
+    cpu0 = time.process_time()
     started = 0
     while ticks < 50:
         if profiler:
@@ -850,6 +851,7 @@ def child_tick(c: argparse.Namespace) -> None:
         if started >= c.n:
             break
     t_ticks = time.perf_counter() - t_ticks0
+    cpu_ticks = time.process_time() - cpu0
     total = time.perf_counter() - t0
     if profiler:
         buf = io.StringIO()
@@ -868,6 +870,7 @@ def child_tick(c: argparse.Namespace) -> None:
                 "load_s": t_load,
                 "ticks": ticks,
                 "ticks_s": t_ticks,
+                "ticks_cpu_s": cpu_ticks,
                 "total_s": total,
                 "decide_s": acc["decide_s"],
                 "store_s": store,
