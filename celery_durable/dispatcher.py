@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -106,6 +107,15 @@ class Message:
     headers: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _Recording:
+    """A round whose starts are being stored: the schedules to re-watch once they are."""
+
+    future: Future[int]
+    sids: Sequence[str]
+    now: datetime
+
+
 class Dispatcher:
     """Decides and enqueues the due runs of every schedule in one journal.
 
@@ -150,11 +160,23 @@ class Dispatcher:
         self._missed = 0
         self.run_lease = config.run_lease
         self.runs = RunStore(durable.journal)
+        self._writer: ThreadPoolExecutor | None = None
 
     # The loop body ----------------------------------------------------------------------------
 
     def tick(self) -> float:
-        """Decide and enqueue everything due at the clock's time; return the seconds to sleep."""
+        """Decide and enqueue everything due at the clock's time; return the seconds to sleep.
+
+        When it raises (the journal went away), the next tick reads the index and the events
+        again: runs decided but not recorded as started are then enqueued again (A6).
+        """
+        try:
+            return self._tick()
+        except BaseException:
+            self._loaded = False
+            raise
+
+    def _tick(self) -> float:
         now = self.durable.now()
         if not self.lease.hold(now):
             self._loaded = False  # another process works; our caches go stale
@@ -165,10 +187,21 @@ class Dispatcher:
             self.refresh(now)
         due = self._pop_due(now)
         self._missed = 0
-        for start in range(0, len(due), CHUNK):
-            # A fresh time per chunk: a long burst does not decide its last chunk late.
-            chunk_now = now if start == 0 else self.durable.now()
-            self._process(due[start : start + CHUNK], chunk_now)
+        recording: _Recording | None = None
+        try:
+            for start in range(0, len(due), CHUNK):
+                # A fresh time per chunk: a long burst does not decide its last chunk late.
+                chunk_now = now if start == 0 else self.durable.now()
+                sids = due[start : start + CHUNK]
+                starts, durable_runs = self._decide_and_send(sids, chunk_now)
+                if recording is not None:
+                    self._finish(recording)
+                    recording = None
+                more = start + CHUNK < len(due)
+                recording = self._record(sids, starts, durable_runs, chunk_now, background=more)
+        finally:
+            if recording is not None:
+                self._finish(recording)
         if self._missed:
             log.warning(
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
@@ -268,9 +301,16 @@ class Dispatcher:
 
     # Deciding and sending ----------------------------------------------------------------------
 
-    def _process(self, sids: Sequence[str], now: datetime) -> None:
+    def _decide_and_send(
+        self, sids: Sequence[str], now: datetime
+    ) -> tuple[dict[str, list[Command]], list[Resend]]:
+        """Decide and store the due runs of these schedules, then enqueue them.
+
+        Returns the commands that record each run's start (or failure to start) and the
+        durable runs that were sent (their rows go in with the starts).
+        """
         states = self._states_of(sids)
-        self._append(
+        self._missed += self._append(
             {sid: [DecideDue(now=now)] for sid in sids if not self._task_missing(states[sid], now)}
         )
         _crash_point("after-decide")
@@ -291,16 +331,52 @@ class Dispatcher:
                 if outcome is not None:
                     durable_runs.append(outcome)
             starts.setdefault(sid, []).append(command)
-        # Durable runs get their row in the same transaction: the stale-run check (D8) then
-        # re-sends one whose worker never claims it.
-        self._append(
-            starts,
-            extra=lambda conn: RunStore.record_sent_in(
-                conn, durable_runs, now=now, lease=self.run_lease
-            ),
-        )
-        for sid in sids:
-            self._watch(sid, self._attention_now(sid, now))
+        return starts, durable_runs
+
+    def _record(
+        self,
+        sids: Sequence[str],
+        starts: dict[str, list[Command]],
+        durable_runs: list[Resend],
+        now: datetime,
+        *,
+        background: bool,
+    ) -> _Recording:
+        """Store the starts of one round, in the writer thread when another round follows.
+
+        In a burst the next round's reads, decisions and (above all) publishing then overlap
+        with this round's wait for the database. One round is recorded at a time, in order;
+        the rounds touch disjoint schedules.
+        """
+
+        def store() -> int:
+            # Durable runs get their row in the same transaction: the stale-run check (D8)
+            # then re-sends one whose worker never claims it.
+            return self._append(
+                starts,
+                extra=lambda conn: RunStore.record_sent_in(
+                    conn, durable_runs, now=now, lease=self.run_lease
+                ),
+            )
+
+        future: Future[int]
+        if background:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="celery-durable-writer")
+            future = self._writer.submit(store)
+        else:
+            future = Future()
+            try:
+                future.set_result(store())
+            except BaseException as exc:
+                future.set_exception(exc)
+        return _Recording(future, sids, now)
+
+    def _finish(self, recording: _Recording) -> None:
+        """Wait for a round's starts (raising what storing them raised), then re-watch."""
+        self._missed += recording.future.result()
+        for sid in recording.sids:
+            self._watch(sid, self._attention_now(sid, recording.now))
 
     def _decide(
         self, sid: str, commands: Sequence[Command]
@@ -318,8 +394,10 @@ class Dispatcher:
         commands: dict[str, list[Command]],
         *,
         extra: Callable[[Connection], None] | None = None,
-    ) -> None:
+    ) -> int:
         """Decide and append every schedule's commands in one transaction.
+
+        Returns how many ``RunsMissed`` events were stored (for the tick's one warning).
 
         The index rows follow at the next checkpoint (:meth:`refresh`). On a version conflict
         (another process appended first, A8) the schedule is read again and its commands
@@ -353,12 +431,14 @@ class Dispatcher:
                 else:
                     del decided[sid]
                 continue
+            missed = 0
             for sid, (events, state) in decided.items():
                 self._states[sid] = state
                 for event in events:
                     signals.announce(self, sid, event)
-                    self._missed += isinstance(event, RunsMissed)
-            return
+                    missed += isinstance(event, RunsMissed)
+            return missed
+        return 0
 
     def _send(
         self, runs: Sequence[tuple[str, PendingRun]], now: datetime
@@ -578,6 +658,9 @@ class Dispatcher:
 
     def close(self) -> None:
         """Write the lagging index rows, give up the lease; calling it twice is harmless."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)  # idle between ticks: tick() waits for its rounds
+            self._writer = None
         if self._loaded:
             try:
                 self._next_checkpoint = None  # due now

@@ -7,7 +7,7 @@ dict carrying ``"v"``, the format version of that event type. Both are persisten
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import cache, cached_property
@@ -183,16 +183,33 @@ _TIME_FIELDS = frozenset({"at", "due", "through"})
 def to_data(event: ScheduleEvent) -> dict[str, Any]:
     """The JSON data of an event (without its type name)."""
     data: dict[str, Any] = {"v": FORMAT}
-    for name in _field_names(cast(type, type(event))):
+    for name, convert in _encoders(cast(type, type(event))):
         value = getattr(event, name)
-        if name in _TIME_FIELDS:
-            value = time_to_json(value)
-        elif name == "content":
-            value = value.to_json()
-        elif name == "options":
-            value = dict(value)
-        data[name] = value
+        data[name] = value if convert is None else convert(value)
     return data
+
+
+def _content_json(content: Content) -> dict[str, Any]:
+    return content.to_json()
+
+
+_Encoders = tuple[tuple[str, Callable[[Any], Any] | None], ...]
+
+
+@cache
+def _encoders(cls: type) -> _Encoders:
+    """Each field of an event class with the conversion its JSON form needs (None: as is)."""
+    out: list[tuple[str, Callable[[Any], Any] | None]] = []
+    for name in _field_names(cls):
+        if name in _TIME_FIELDS:
+            out.append((name, time_to_json))
+        elif name == "content":
+            out.append((name, _content_json))
+        elif name == "options":
+            out.append((name, dict))
+        else:
+            out.append((name, None))
+    return tuple(out)
 
 
 @cache

@@ -28,6 +28,7 @@ from celery_durable.errors import JournalError
 from celery_durable.events import from_stored
 from celery_durable.journal import SqlJournal, StoredEvent
 from celery_durable.journal.schema import progress, schedule_index
+from celery_durable.journal.sql import one_of
 from celery_durable.schedule import STATE_FORMAT, ScheduleState, fold
 
 log = logging.getLogger("celery_durable.index")
@@ -116,9 +117,10 @@ class ScheduleIndex:
             else:
                 rows = []
                 ids = list(schedule_ids)
-                for start in range(0, len(ids), 500):
-                    chunk = ids[start : start + 500]
-                    rows.extend(conn.execute(query.where(schedule_index.c.schedule_id.in_(chunk))))
+                for start in range(0, len(ids), 1000):
+                    chunk = ids[start : start + 1000]
+                    where = one_of(conn, schedule_index.c.schedule_id, chunk)
+                    rows.extend(conn.execute(query.where(where)))
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
         return found

@@ -587,12 +587,45 @@ _FIELDS = {
 }
 
 
+_PARSED: dict[tuple[Any, ...], Rule] = {}
+_PARSED_MAX = 4096
+
+
 def rule_from_json(data: object) -> Rule:
     """Rebuild a rule from its :meth:`to_json` form; ``rule_from_json(r.to_json()) == r``.
 
     Anything else (not a dict, unknown ``type``, missing or extra keys, wrong types) raises
-    :class:`InvalidSchedule`.
+    :class:`InvalidSchedule`. Rules are immutable, so one parsed rule serves every schedule
+    with the same JSON (loading 10,000 index rows with a few distinct rules parses a few).
     """
+    key = _rule_key(data)
+    if key is not None:
+        found = _PARSED.get(key)
+        if found is not None:
+            return found
+    rule = _parse_rule(data)
+    if key is not None and len(_PARSED) < _PARSED_MAX:
+        _PARSED[key] = rule
+    return rule
+
+
+def _rule_key(data: object) -> tuple[Any, ...] | None:
+    """A hashable key of rule JSON, types included (``1``, ``1.0`` and ``True`` differ)."""
+    if type(data) is not dict:
+        return None
+    key: list[Any] = []
+    for name, value in data.items():
+        if type(value) is list:
+            if not all(type(item) is str for item in value):
+                return None
+            value = tuple(value)
+        elif type(value) not in (str, int, float, type(None)):
+            return None
+        key.append((name, type(value), value))
+    return tuple(key)
+
+
+def _parse_rule(data: object) -> Rule:
     if not isinstance(data, dict):
         raise _invalid("rule JSON", f"expected an object, got {_show(data)}")
     tag = data.get("type")

@@ -19,6 +19,7 @@ MINUTES = float(os.environ.get("CELERY_DURABLE_CHAOS_MINUTES", "2"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(MINUTES * 60 + 480))]
 
+
 def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     workdir = tmp_path / "chaos"
     done = subprocess.run(

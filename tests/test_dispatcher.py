@@ -446,3 +446,92 @@ def test_d9_backfill_decides_missing_due_times_once(
         durable.schedules.backfill("nightly", end, start)
     with pytest.raises(ScheduleConflict):
         durable.schedules.backfill("unknown", start, end)
+
+
+# -- bursts: rounds of CHUNK schedules, the starts of one stored while the next is sent --------
+
+
+def _runs_by_type(durable: Durable) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for event in durable.journal.read_all(0, category="schedule"):
+        if event.type in ("RunDecided", "RunStarted"):
+            sid = event.stream.split("/", 1)[1]
+            found.setdefault(event.type, []).append(f"{sid}@{event.data['due']}")
+    return found
+
+
+def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
+    durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 40)
+    for i in range(130):  # four rounds: 40, 40, 40, 10
+        durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    clock.advance(seconds=61)
+    dispatcher.tick()
+    ids = broker.ids()
+    assert len(ids) == len(set(ids)) == 130
+    assert dispatcher._writer is not None, "the rounds' starts were not stored in the background"
+    runs = _runs_by_type(durable)
+    assert sorted(runs["RunDecided"]) == sorted(runs["RunStarted"])
+    assert len(runs["RunStarted"]) == len(set(runs["RunStarted"])) == 130
+    clock.advance(seconds=1)
+    dispatcher.tick()
+    assert broker.ids() == []
+    assert dispatcher.next_attention == T0 + timedelta(minutes=2)  # nothing left over
+    dispatcher.close()
+
+
+def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
+    durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal fails while the writer stores a round's starts: the tick raises, every run
+    stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
+    from celery_durable.runs import RunStore
+
+    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 40)
+    for i in range(100):
+        durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    real = RunStore.record_sent_in
+    calls = 0
+
+    def failing_once(conn, sent, *, now, lease):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ConnectionError("journal connection lost")
+        return real(conn, sent, now=now, lease=lease)
+
+    monkeypatch.setattr(RunStore, "record_sent_in", staticmethod(failing_once))
+    clock.advance(seconds=61)
+    with pytest.raises(ConnectionError):
+        dispatcher.tick()
+    first = broker.ids()
+    runs = _runs_by_type(durable)
+    assert len(runs["RunDecided"]) == len(set(runs["RunDecided"]))
+    unrecorded = set(runs["RunDecided"]) - set(runs["RunStarted"])
+    assert unrecorded, "the failed round's starts should be missing"
+    clock.advance(seconds=1)
+    dispatcher.tick()
+    again = broker.ids()
+    runs = _runs_by_type(durable)
+    assert len(runs["RunDecided"]) == len(set(runs["RunDecided"])) == 100
+    assert sorted(runs["RunStarted"]) == sorted(runs["RunDecided"])
+    assert set(first) | set(again) == _run_ids(runs)
+    assert set(again) == {_run_id(r) for r in unrecorded}  # same IDs, only the unrecorded
+    dispatcher.close()
+
+
+def _run_id(decided: str) -> str:
+    sid, due = decided.split("@", 1)
+    from celery_durable.codec import time_from_json
+    from celery_durable.ids import run_id
+
+    return run_id(sid, time_from_json(due))
+
+
+def _run_ids(runs: dict[str, list[str]]) -> set[str]:
+    return {_run_id(r) for r in runs["RunDecided"]}

@@ -977,7 +977,7 @@ def test_bulk_append_loses_a_race_it_could_not_see_coming(pg_url: str) -> None:
                 [Append(stream=s, expected_version=1, events=[_ev(1)]) for s in streams]
             )
             outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:
             outcome.append(exc)
 
     bulk_thread = threading.Thread(target=bulk)

@@ -32,12 +32,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Integer,
     String,
     Table,
     Text,
     and_,
+    any_,
     bindparam,
     create_engine,
     event,
@@ -50,7 +52,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
-from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql import ColumnElement, Insert, Select
 
 from celery_durable.errors import AppendConflict, JournalError
 from celery_durable.journal import schema
@@ -72,7 +74,15 @@ from celery_durable.journal.urls import (
     sqlite_path,
 )
 
-__all__ = ["SqlJournal", "advisory_key", "encode_data", "open_journal", "read_all_query"]
+__all__ = [
+    "SqlJournal",
+    "advisory_key",
+    "copy_rows",
+    "encode_data",
+    "one_of",
+    "open_journal",
+    "read_all_query",
+]
 
 log = logging.getLogger(__name__)
 
@@ -461,7 +471,7 @@ class SqlJournal:
         for start in range(0, len(names), 1000):
             query = (
                 select(_events.c.stream, func.max(_events.c.version))
-                .where(_events.c.stream.in_(names[start : start + 1000]))
+                .where(one_of(conn, _events.c.stream, names[start : start + 1000]))
                 .group_by(_events.c.stream)
             )
             current.update((stream, int(version)) for stream, version in conn.execute(query))
@@ -504,7 +514,7 @@ class SqlJournal:
                     chunk = streams[start : start + 500]
                     query = (
                         select(_events.c.stream, func.max(_events.c.version))
-                        .where(_events.c.stream.in_(chunk))
+                        .where(one_of(reader, _events.c.stream, chunk))
                         .group_by(_events.c.stream)
                     )
                     heads.update({s: int(v) for s, v in reader.execute(query).all()})
@@ -607,6 +617,19 @@ def _on_sqlite_begin(conn: Connection) -> None:
 _COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
 
 
+def one_of(
+    conn: Connection, column: ColumnElement[Any], values: Sequence[Any]
+) -> ColumnElement[bool]:
+    """``column IN values``; on PostgreSQL one array parameter (``column = ANY(:values)``).
+
+    The statement text then stays the same whatever the number of values: neither SQLAlchemy
+    nor psycopg renders and parses a placeholder per value (measurable with 1,000 of them).
+    """
+    if conn.dialect.name == "postgresql":
+        return column == any_(literal(list(values), type_=ARRAY(column.type)))
+    return column.in_(values)
+
+
 def copy_rows(
     conn: Connection, table: Table, columns: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> None:
@@ -626,7 +649,7 @@ def copy_rows(
             for row in rows:
                 copy.write_row(row)
     except psycopg.Error as exc:
-        lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)
+        lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)  # type: ignore[arg-type]
         if lost:
             conn.invalidate(exc)
         raise DBAPIError.instance(
