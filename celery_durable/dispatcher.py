@@ -15,6 +15,7 @@ The policy lives in the aggregate; this module only asks, stores and sends.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import os
@@ -188,6 +189,12 @@ class Dispatcher:
         due = self._pop_due(now)
         self._missed = 0
         recording: _Recording | None = None
+        burst = len(due) > CHUNK
+        if burst:
+            # Every object alive now outlives the burst; hidden from the collector meanwhile,
+            # it is not scanned again by each full collection the burst's allocations trigger
+            # (about 5 % of a 10,000-run burst). Given back afterwards: nothing is kept alive.
+            gc.freeze()
         try:
             for start in range(0, len(due), CHUNK):
                 # A fresh time per chunk: a long burst does not decide its last chunk late.
@@ -200,8 +207,12 @@ class Dispatcher:
                 more = start + CHUNK < len(due)
                 recording = self._record(sids, starts, durable_runs, chunk_now, background=more)
         finally:
-            if recording is not None:
-                self._finish(recording)
+            try:
+                if recording is not None:
+                    self._finish(recording)
+            finally:
+                if burst:
+                    gc.unfreeze()
         if self._missed:
             log.warning(
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
