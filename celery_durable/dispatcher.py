@@ -45,7 +45,9 @@ from celery_durable.index import (
     ScheduleIndex,
     UnreadableEntry,
     attention_of,
+    entry_row,
     fold_stored,
+    upsert,
 )
 from celery_durable.journal import Append
 from celery_durable.lease import Lease, default_owner
@@ -73,11 +75,10 @@ MIN_SLEEP = 0.02
 """The shortest sleep between ticks (seconds)."""
 
 INDEX_CHECKPOINT = timedelta(seconds=1)
-"""How often the index rows of the dispatcher's own decisions and starts are written (D2).
+"""How often the projection's read position is saved with the rows that lag behind it (D2).
 
-The rows are a cache for start-up: writing them behind the decisions, in one batch per
-interval, keeps them off the path from due time to broker. A crash loses nothing: start-up reads
-the events stored after the saved position, at most this interval's worth more.
+A crash loses nothing: start-up reads the events stored after the saved position, at most
+this interval's worth more.
 """
 
 MESSAGE_OPTIONS = (
@@ -205,7 +206,14 @@ class Dispatcher:
                     self._finish(recording)
                     recording = None
                 more = start + CHUNK < len(due)
-                recording = self._record(sids, starts, durable_runs, chunk_now, background=more)
+                recording = self._record(
+                    sids, starts, durable_runs, chunk_now, background=more, rows=not burst
+                )
+            if burst and recording is not None:
+                self._finish(recording)
+                recording = None
+                # The index rows of the burst, once its last start is stored (D2).
+                self._write_rows(due, self.durable.now())
         finally:
             try:
                 if recording is not None:
@@ -229,18 +237,19 @@ class Dispatcher:
         if not resends:
             return
         sent: list[str] = []
-        for resend in resends:
-            if resend.task not in self.app.tasks:
-                continue  # D4: logged at the schedule's due times; the row waits
-            try:
-                resend.send(self.app, retry=False)
-            except Exception as exc:
-                log.warning(
-                    "could not re-send run %s: %s: %s", resend.run_id, type(exc).__name__, exc
-                )
-                break
-            sent.append(resend.run_id)
-            log.info("re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id})
+        try:
+            with self.app.producer_or_acquire() as producer:
+                connect_once(producer)
+                for resend in resends:
+                    if resend.task not in self.app.tasks:
+                        continue  # D4: logged at the schedule's due times; the row waits
+                    resend.send(self.app, retry=False, producer=producer)
+                    sent.append(resend.run_id)
+                    log.info(
+                        "re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id}
+                    )
+        except Exception as exc:
+            log.warning("could not re-send durable runs: %s: %s", type(exc).__name__, exc)
         self.runs.postpone(sent, now, self.run_lease)
 
     def load(self, now: datetime) -> None:
@@ -352,12 +361,14 @@ class Dispatcher:
         now: datetime,
         *,
         background: bool,
+        rows: bool,
     ) -> _Recording:
         """Store the starts of one round, in the writer thread when another round follows.
 
         In a burst the next round's reads, decisions and (above all) publishing then overlap
         with this round's wait for the database. One round is recorded at a time, in order;
-        the rounds touch disjoint schedules.
+        the rounds touch disjoint schedules. With ``rows`` the round's index rows go in the
+        same transaction; a burst writes them all once its last start is stored.
         """
 
         def store() -> int:
@@ -365,6 +376,7 @@ class Dispatcher:
             # then re-sends one whose worker never claims it.
             return self._append(
                 starts,
+                rows=rows,
                 extra=lambda conn: RunStore.record_sent_in(
                     conn, durable_runs, now=now, lease=self.run_lease
                 ),
@@ -382,6 +394,13 @@ class Dispatcher:
             except BaseException as exc:
                 future.set_exception(exc)
         return _Recording(future, sids, now)
+
+    def _write_rows(self, sids: Sequence[str], now: datetime) -> None:
+        """Bring the index rows of these schedules up to their state (after a burst)."""
+        states = [self._states[s] for s in sids if s in self._states]
+        self.index.save(states, self._position, now)
+        for state in states:
+            self._row_version[state.schedule_id] = state.version
 
     def _finish(self, recording: _Recording) -> None:
         """Wait for a round's starts (raising what storing them raised), then re-watch."""
@@ -404,15 +423,16 @@ class Dispatcher:
         self,
         commands: dict[str, list[Command]],
         *,
+        rows: bool = False,
         extra: Callable[[Connection], None] | None = None,
     ) -> int:
         """Decide and append every schedule's commands in one transaction.
 
-        Returns how many ``RunsMissed`` events were stored (for the tick's one warning).
-
-        The index rows follow at the next checkpoint (:meth:`refresh`). On a version conflict
-        (another process appended first, A8) the schedule is read again and its commands
-        decided again.
+        Returns how many ``RunsMissed`` events were stored (for the tick's one warning). With
+        ``rows``, the schedules' index rows are written in the same transaction; without, they
+        follow with the starts, after the burst, or at the next checkpoint (:meth:`refresh`).
+        On a version conflict (another process appended first, A8) the schedule is read again
+        and its commands decided again.
         """
         decided = {sid: self._decide(sid, cmds) for sid, cmds in commands.items()}
         decided = {sid: pair for sid, pair in decided.items() if pair[0]}
@@ -429,6 +449,9 @@ class Dispatcher:
             try:
                 with journal.transaction() as conn:
                     journal.append_in(conn, appends)
+                    if rows:
+                        now = self.durable.now()
+                        upsert(conn, [entry_row(state, now) for _, state in decided.values()])
                     if extra is not None:
                         extra(conn)
             except AppendConflict as exc:
@@ -445,6 +468,8 @@ class Dispatcher:
             missed = 0
             for sid, (events, state) in decided.items():
                 self._states[sid] = state
+                if rows:
+                    self._row_version[sid] = state.version
                 for event in events:
                     signals.announce(self, sid, event)
                     missed += isinstance(event, RunsMissed)
@@ -465,6 +490,7 @@ class Dispatcher:
         failed: list[tuple[str, PendingRun, str]] = []
         try:
             with self.app.producer_or_acquire() as producer:
+                connect_once(producer)
                 batch = getattr(producer, "batch", None)
                 context = batch(max_size=CHUNK) if batch is not None else nullcontext()
                 with context:
@@ -692,6 +718,22 @@ def _crash_point(name: str) -> None:
     """
     if os.environ.get("CELERY_DURABLE_TEST_CRASH") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def connect_once(producer: Any) -> None:
+    """Connect the producer now, trying each broker host once, without sleeping.
+
+    Left to itself, kombu retries a lost connection inside the first publish for up to
+    ``broker_connection_timeout`` (4 s by default, with 2 s sleeps): a tick would stall there
+    while the broker is down. Failing at once keeps the loop turning (D3): the runs stay
+    decided and are tried again after ``min(check interval, 5 s)``.
+    """
+    connection = getattr(producer, "connection", None)
+    ensure = getattr(connection, "ensure_connection", None)
+    if ensure is None:
+        return
+    hosts = len(getattr(connection, "alt", None) or ()) or 1
+    ensure(max_retries=hosts - 1, interval_start=0, interval_step=0, interval_max=0)
 
 
 def content_rule_next(state: ScheduleState, now: datetime) -> datetime | None:

@@ -535,3 +535,46 @@ def _run_id(decided: str) -> str:
 
 def _run_ids(runs: dict[str, list[str]]) -> set[str]:
     return {_run_id(r) for r in runs["RunDecided"]}
+
+
+def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
+    journal_url: str, clock: FakeClock, broker: Broker, redis_url: str
+) -> None:
+    """D3 with Celery's default broker_connection_timeout (4 s, retried with 2 s sleeps): the
+    dispatcher tries each broker host once per round and moves on."""
+    import time
+
+    parts = urlsplit(redis_url)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    proxy.restore()
+    app = Celery(
+        "stall", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False
+    )
+    app.conf.broker_connection_retry_on_startup = False
+    assert app.conf.broker_connection_timeout == 4.0
+
+    @app.task(name="backup", shared=False)
+    def backup(folder: str) -> str:  # pragma: no cover - the test reads the queue
+        return folder
+
+    durable = Durable(app, journal_url, clock=clock)
+    try:
+        for i in range(3):
+            durable.schedules.create(f"s{i}", "backup", "/srv", Every(timedelta(seconds=10)))
+        d = durable.dispatcher()
+        d.tick()
+        proxy.cut()
+        for _ in range(3):
+            clock.advance(seconds=10)
+            started = time.monotonic()
+            d.tick()
+            assert time.monotonic() - started < 2.0, "the tick waited for the broker"
+        assert len(durable.schedules.runs("s0")) == 3  # decided on time all the same
+        proxy.restore()
+        clock.advance(seconds=5)
+        d.tick()
+        ids = broker.ids()
+        assert len(ids) == len(set(ids)) == 9
+    finally:
+        durable.close()
+        proxy.cut()
