@@ -35,8 +35,13 @@ def setup(redis_url: str, journal_url: str, clock: FakeClock) -> Iterator[tuple[
     started.clear()
     release.clear()
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=20):
-        yield durable, app
-    release.set()
+        try:
+            yield durable, app
+        finally:
+            # Before the worker stops: a slow run still waiting would hold its shutdown for
+            # the whole 20 s timeout, which then fails the test and leaves the worker thread
+            # behind (the next start_worker waited for ever in CI).
+            release.set()
     durable.close()
 
 
