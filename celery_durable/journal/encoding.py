@@ -8,12 +8,11 @@ names (length, NUL, valid Unicode), versions, and data that survives a JSON roun
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
+from celery_durable.codec import is_plain_json as _is_plain_json
+from celery_durable.codec import plain_json_text
 from celery_durable.errors import JournalError
 from celery_durable.journal.base import Append, NewEvent, StoredEvent, category_of
 
@@ -41,19 +40,6 @@ def _check_name(what: str, value: object, limit: int) -> str:
     except UnicodeEncodeError:
         raise ValueError(f"{what} {value!r} is not valid Unicode text") from None
     return value
-
-
-def _is_plain_json(value: object) -> bool:
-    """Fast check: would ``value`` come back unchanged from a JSON round trip?"""
-    if value is None or isinstance(value, (str, int)):  # bool is an int
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain_json(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_is_plain_json(item) for item in value)
-    return False
 
 
 def _json_problem(value: object, path: str) -> str | None:
@@ -92,13 +78,9 @@ def encode_data(data: object, where: str = "data") -> str:
         raise TypeError(f"{where} must be a dict, not {type(data).__name__}")
     if not _is_plain_json(data):
         raise ValueError(_json_problem(data, where))
-    try:
-        # Plain JSON by the check above, so orjson writes what json would (compact, UTF-8),
-        # several times faster. It refuses ints beyond 64 bits and lone surrogates: those take
-        # the standard library's path, which keeps big ints exact and names bad text.
-        return orjson.dumps(data).decode()
-    except TypeError:
-        pass
+    text = plain_json_text(data)
+    if text is not None:
+        return text
     text = _ENCODER.encode(data)
     try:
         text.encode("utf-8")
