@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -122,17 +124,22 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def cached_for_datetimes(format_: Callable[[datetime], str]) -> Callable[[datetime], str]:
+    """Cache a formatter of instants: a burst writes the same few (its "now", shared due
+    times) thousands of times. Only exact ``datetime`` values are cached; anything else goes
+    to the formatter itself and fails as it always did."""
+    cached = lru_cache(maxsize=4096)(format_)
+
+    @functools.wraps(format_)
+    def format_moment(moment: datetime) -> str:
+        return cached(moment) if type(moment) is datetime else format_(moment)
+
+    return format_moment
+
+
+@cached_for_datetimes
 def time_to_json(moment: datetime) -> str:
     """An aware datetime as ISO 8601 UTC with microseconds and ``Z``."""
-    if type(moment) is datetime:
-        # Cached: a burst writes the same few instants (its "now", shared due times) thousands
-        # of times. Exact datetimes only: anything else must fail as it always did.
-        return _time_text(moment)
-    return _time_text.__wrapped__(moment)
-
-
-@lru_cache(maxsize=4096)
-def _time_text(moment: datetime) -> str:
     if moment.tzinfo is not timezone.utc:
         moment = moment.astimezone(timezone.utc)
     # isoformat is several times faster than strftime; this runs for every stored time.

@@ -209,14 +209,14 @@ class Dispatcher:
                 recording = self._record(
                     sids, starts, durable_runs, chunk_now, background=more, rows=not burst
                 )
-            if burst and recording is not None:
+            if recording is not None:
                 self._finish(recording)
                 recording = None
-                # The index rows of the burst, once its last start is stored (D2).
+            if burst:  # the index rows of the burst, once its last start is stored (D2)
                 self._write_rows(due, self.durable.now())
         finally:
             try:
-                if recording is not None:
+                if recording is not None:  # a round failed: wait for the one in flight
                     self._finish(recording)
             finally:
                 if burst:
@@ -272,8 +272,9 @@ class Dispatcher:
         """Fold the schedule events stored since the last read; write the rows that lag.
 
         Rows changed by other processes (a schedule created or changed through the API) are
-        written at once; rows that only lag behind this dispatcher's own appends wait for the
-        next checkpoint (:data:`INDEX_CHECKPOINT`).
+        written at once. The dispatcher's own appends mostly wrote their rows with the starts;
+        the few that did not (a decision with nothing to send), and the read position itself,
+        wait for the next checkpoint (:data:`INDEX_CHECKPOINT`).
         """
         events = self.index.events_after(self._position)
         if not events:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from functools import lru_cache
 from urllib.parse import quote
 
+from celery_durable.codec import cached_for_datetimes
 from celery_durable.errors import InvalidSchedule
 
 MAX_ID_LENGTH = 200
@@ -79,15 +79,9 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
     return moment.astimezone(timezone.utc)
 
 
+@cached_for_datetimes
 def format_due(due: datetime) -> str:
     """A due time as ``YYYY-MM-DDTHH:MM:SS.fffffffZ`` (UTC, 7 fractional digits)."""
-    if type(due) is datetime:
-        return _due_text(due)  # cached: every run of a burst shares its due time
-    return _due_text.__wrapped__(due)
-
-
-@lru_cache(maxsize=4096)
-def _due_text(due: datetime) -> str:
     utc = to_utc(due, "due time")
     return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "0Z"
 
