@@ -17,12 +17,12 @@ from celery.beat import Scheduler
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable.config import DurableConfig
+from celery_durable.core.policies import CatchUp
+from celery_durable.core.rules import Cron, Every, Rule
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.journal.urls import redact
-from celery_durable.policies import CatchUp
-from celery_durable.rules import Cron, Every, Rule
 from celery_durable.schedules import KNOWN_OPTIONS
+from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
 

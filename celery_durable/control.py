@@ -10,12 +10,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError, RunEnded
-from celery_durable.ids import run_stream
-from celery_durable.journal import NewEvent
-from celery_durable.outcomes import Outcome, raise_for
-from celery_durable.replay import (
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import run_stream
+from celery_durable.core.journal import NewEvent
+from celery_durable.core.outcomes import Outcome, raise_for
+from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CANCEL_REQUESTED,
     SIGNAL_RECEIVED,
@@ -23,7 +22,8 @@ from celery_durable.replay import (
     fold,
     parked_outcome,
 )
-from celery_durable.runs import Resend
+from celery_durable.errors import AppendConflict, DurableError, RunEnded
+from celery_durable.store.runs import Resend
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -120,7 +120,7 @@ def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> Non
                 run_id=run_id,
                 signal=name,
             )
-        from celery_durable.codec import time_to_json
+        from celery_durable.core.codec import time_to_json
 
         return NewEvent(
             type=SIGNAL_RECEIVED,

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from celery_durable import ends
 from celery_durable.config import DurableConfig
+from celery_durable.core.ids import check_text
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
-from celery_durable.ids import check_text
-from celery_durable.index import ScheduleIndex
-from celery_durable.journal import SqlJournal
 from celery_durable.schedules import Schedules, ScheduleStore
+from celery_durable.store.index import ScheduleIndex
+from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.worker import run_ends as ends
 
 if TYPE_CHECKING:
-    from celery_durable.dispatcher import Dispatcher
+    from celery_durable.dispatch.dispatcher import Dispatcher
 
 Clock = Callable[[], datetime]
 
@@ -89,7 +89,7 @@ class Durable:
 
     def dispatcher(self, **options: Any) -> Dispatcher:
         """The dispatcher core without beat: ``.tick()`` decides and enqueues what is due."""
-        from celery_durable.dispatcher import Dispatcher
+        from celery_durable.dispatch.dispatcher import Dispatcher
 
         return Dispatcher(self, **options)
 
@@ -124,13 +124,13 @@ class Durable:
     @cached_property
     def task_base(self) -> type:
         """The Celery task class durable tasks of this app derive from."""
-        from celery_durable.tasks import durable_task_base
+        from celery_durable.worker.durable_task import durable_task_base
 
         return durable_task_base(self)
 
     def task(self, *args: Any, **options: Any) -> Any:
         """Register a durable Celery task; usable as ``@durable.task`` or ``@durable.task(...)``."""
-        from celery_durable.tasks import make_durable_task
+        from celery_durable.worker.durable_task import make_durable_task
 
         if len(args) == 1 and callable(args[0]) and not options:
             return make_durable_task(self, args[0], {})
@@ -145,7 +145,7 @@ class Durable:
         return type(outcome).__name__.lower()
 
     # Durable runs ---------------------------------------------------------------------------
-    # (worker side: celery_durable.tasks, .steps, .helpers, .control, .runs)
+    # (worker side: celery_durable.worker, .control, .store.runs)
 
     def step(self, fun: Any = None, *, retry: Any = None, name: str | None = None) -> Any:
         """A journaled step (W2); usable as ``@durable.step`` or ``@durable.step(retry=…)``.
@@ -153,7 +153,7 @@ class Durable:
         Inside a durable task the result is stored by position and returned on replay;
         elsewhere the function is called as it is.
         """
-        from celery_durable.steps import make_step
+        from celery_durable.worker.steps import make_step
 
         if fun is not None:
             return make_step(fun, retry=retry, name=name)
@@ -161,8 +161,8 @@ class Durable:
 
     @cached_property
     def runs(self) -> Any:
-        """The run table (:class:`celery_durable.runs.RunStore`): stale runs and wake-ups (D8)."""
-        from celery_durable.runs import RunStore
+        """The run table (:class:`~.store.runs.RunStore`): stale runs and wake-ups (D8)."""
+        from celery_durable.store.runs import RunStore
 
         return RunStore(self.journal)
 

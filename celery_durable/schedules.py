@@ -16,26 +16,14 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
-from celery_durable.catchup import due_times
-from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
-from celery_durable.events import (
-    Content,
-    RunDecided,
-    RunEnded,
-    RunFailedToStart,
-    RunSkipped,
-    RunStarted,
-    ScheduleEvent,
-    from_stored,
-    to_new_event,
-)
-from celery_durable.ids import check_schedule_id, check_text, schedule_stream, to_utc
-from celery_durable.ids import run_id as make_run_id
-from celery_durable.index import UnreadableEntry, fold_stored
-from celery_durable.policies import CatchUp, Overlap
-from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
-from celery_durable.schedule import (
+from celery_durable.core.catchup import due_times
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
+from celery_durable.core.ids import run_id as make_run_id
+from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.read_models import RunView, ScheduleView
+from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekly
+from celery_durable.core.schedule_aggregate import (
     Change,
     Command,
     Create,
@@ -47,7 +35,19 @@ from celery_durable.schedule import (
     decide,
     fold_all,
 )
-from celery_durable.views import RunView, ScheduleView
+from celery_durable.core.schedule_events import (
+    Content,
+    RunDecided,
+    RunEnded,
+    RunFailedToStart,
+    RunSkipped,
+    RunStarted,
+    ScheduleEvent,
+    from_stored,
+    to_new_event,
+)
+from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
+from celery_durable.store.index import UnreadableEntry, fold_stored
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable

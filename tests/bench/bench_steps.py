@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from celery_durable import Durable  # noqa: E402
-from celery_durable.journal.urls import normalize_url  # noqa: E402
+from celery_durable.store.journal.urls import normalize_url  # noqa: E402
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -31,28 +31,11 @@ from kombu.exceptions import EncodeError
 from sqlalchemy.engine import Connection
 
 from celery_durable import signals
-from celery_durable.catchup import recent_due_times
-from celery_durable.codec import time_to_json
-from celery_durable.errors import AppendConflict, DurableError
-from celery_durable.events import (
-    RunsMissed,
-    ScheduleEvent,
-    from_stored,
-    to_new_event,
-)
-from celery_durable.ids import format_due, schedule_stream
-from celery_durable.index import (
-    ScheduleIndex,
-    UnreadableEntry,
-    attention_of,
-    entry_row,
-    fold_stored,
-    upsert,
-)
-from celery_durable.journal import Append
-from celery_durable.lease import Lease, default_owner
-from celery_durable.runs import Resend, RunStore
-from celery_durable.schedule import (
+from celery_durable.core.catchup import recent_due_times
+from celery_durable.core.codec import time_to_json
+from celery_durable.core.ids import format_due, schedule_stream
+from celery_durable.core.journal import Append
+from celery_durable.core.schedule_aggregate import (
     Command,
     DecideDue,
     MarkFailedToStart,
@@ -62,6 +45,23 @@ from celery_durable.schedule import (
     decide,
     fold_all,
 )
+from celery_durable.core.schedule_events import (
+    RunsMissed,
+    ScheduleEvent,
+    from_stored,
+    to_new_event,
+)
+from celery_durable.errors import AppendConflict, DurableError
+from celery_durable.store.index import (
+    ScheduleIndex,
+    UnreadableEntry,
+    attention_of,
+    entry_row,
+    fold_stored,
+    upsert,
+)
+from celery_durable.store.lease import Lease, default_owner
+from celery_durable.store.runs import Resend, RunStore
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -579,7 +579,7 @@ class Dispatcher:
             headers["durable_track_end"] = True
         send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
         if durable:
-            from celery_durable import tasks
+            from celery_durable.worker import durable_task as tasks
 
             run = tasks.ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
             args, kwargs, extra = tasks.scheduled_message(run)

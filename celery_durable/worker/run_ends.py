@@ -13,8 +13,8 @@ from typing import Any
 
 from celery import signals
 
-from celery_durable.ids import parse_due
-from celery_durable.schedule import MarkEnded
+from celery_durable.core.ids import parse_due
+from celery_durable.core.schedule_aggregate import MarkEnded
 
 log = logging.getLogger("celery_durable.ends")
 

@@ -1,8 +1,8 @@
 """Worker-side durable tasks: the task class, ``ScheduledRun`` and the delivery shell (W1, W8).
 
 Every delivery of a durable task's message reads the run's stream once and decides, with the
-pure :func:`celery_durable.replay.on_delivery`, whether to return a stored outcome, to leave
-the run to another delivery, to go back to sleep, or to claim the run and replay the body.
+pure :func:`~celery_durable.core.run_aggregate.on_delivery`, whether to return a stored outcome,
+to leave the run to another delivery, to go back to sleep, or to claim the run and replay the body.
 The claim is an event appended at the version read, so of two deliveries at once only one
 wins (W8); the other finishes without running a step.
 """
@@ -23,12 +23,11 @@ from celery import Task
 from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
 
-from celery_durable.codec import check_json_value, time_from_json, time_to_json
-from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row, journal_errors
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
-from celery_durable.ids import run_stream
-from celery_durable.outcomes import Faulted, Finished, Outcome, raise_for
-from celery_durable.replay import (
+from celery_durable.core.codec import check_json_value, time_from_json, time_to_json
+from celery_durable.core.ids import run_stream
+from celery_durable.core.outcomes import Faulted, Finished, Outcome, raise_for
+from celery_durable.core.retry import type_name
+from celery_durable.core.run_aggregate import (
     RUN_CANCELLED,
     RUN_FAULTED,
     RUN_FINISHED,
@@ -43,8 +42,16 @@ from celery_durable.replay import (
     on_delivery,
     unreached,
 )
-from celery_durable.retry import type_name
-from celery_durable.runs import CANCELLED, FAULTED, FINISHED, PARKED, message_json
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
+from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, message_json
+from celery_durable.worker.context import (
+    LostClaim,
+    Park,
+    RunContext,
+    Suspend,
+    claim_row,
+    journal_errors,
+)
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -320,15 +327,15 @@ def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) ->
     events.append(claim)
     version = run.state.version
     with run.journal.transaction() as conn:
-        from celery_durable.journal import Append
-        from celery_durable.runs import RunStore
+        from celery_durable.core.journal import Append
+        from celery_durable.store.runs import RunStore
 
         run.journal.append_in(
             conn, [Append(stream=run.stream, expected_version=version, events=events)]
         )
         RunStore.save_in(conn, run.run_id, now=now, **row)
     for offset, new in enumerate(events, start=1):
-        from celery_durable.replay import apply
+        from celery_durable.core.run_aggregate import apply
 
         apply(run.state, version + offset, new.type, new.data)
     run.lease_until = until
@@ -375,7 +382,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
             _park(run)
         left = unreached(run.state, run.position)
         if left is not None:
-            from celery_durable.replay import Mismatch
+            from celery_durable.core.run_aggregate import Mismatch
 
             run.mismatch = Mismatch(run.position, (left.name, left.kind), ("(end of body)", "end"))
             _park(run)

@@ -26,9 +26,9 @@ from sqlalchemy import and_, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from celery_durable.codec import dumps
-from celery_durable.journal import SqlJournal
-from celery_durable.journal.schema import runs as runs_table
+from celery_durable.core.codec import dumps
+from celery_durable.store.journal.schema import runs as runs_table
+from celery_durable.store.journal.sql import SqlJournal
 
 QUEUED = "queued"
 RUNNING = "running"

@@ -25,11 +25,10 @@ from sqlalchemy.exc import (
     PendingRollbackError,
 )
 
-from celery_durable.codec import time_to_json
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
-from celery_durable.ids import idempotency_key, run_stream
-from celery_durable.journal import Append, NewEvent
-from celery_durable.replay import (
+from celery_durable.core.codec import time_to_json
+from celery_durable.core.ids import idempotency_key, run_stream
+from celery_durable.core.journal import Append, NewEvent
+from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CLAIMED,
     RUN_SUSPENDED,
@@ -40,7 +39,8 @@ from celery_durable.replay import (
     fold,
     stored_at,
 )
-from celery_durable.runs import RUNNING, SUSPENDED, RunStore
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
+from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
