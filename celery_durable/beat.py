@@ -159,7 +159,7 @@ class DurableScheduler(Scheduler):
                     type(exc).__name__,
                     exc,
                 )
-            self._dispatcher._loaded = False
+            self._dispatcher.invalidate()
             return min(self._durable.config.check_interval if self._durable else 5.0, 5.0)
         if self._failing_since is not None:
             log.warning("durable scheduler: journal reachable again")
