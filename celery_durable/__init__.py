@@ -40,8 +40,8 @@ from celery_durable.errors import (
     StepFailed,
     UnknownTask,
 )
+from celery_durable.message import ScheduledRun
 from celery_durable.worker.context import step_context
-from celery_durable.worker.durable_task import ScheduledRun
 from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal
 
 __all__ = [

@@ -21,7 +21,7 @@ from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import Cron, Every, Rule
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.schedules import KNOWN_OPTIONS
+from celery_durable.message import SCHEDULE_OPTIONS
 from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
@@ -72,7 +72,7 @@ def import_beat_schedule(durable: Durable, entries: Mapping[str, Mapping[str, An
         options = dict(entry.get("options") or {})
         catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
         overlap = options.pop("overlap", "allow")
-        ignored = sorted(set(options) - KNOWN_OPTIONS)
+        ignored = sorted(set(options) - SCHEDULE_OPTIONS)
         for key in ignored:
             log.warning("beat_schedule entry %r: option %r is not carried over", name, key)
             options.pop(key)

@@ -23,7 +23,7 @@ from celery_durable.core.run_aggregate import (
     parked_outcome,
 )
 from celery_durable.errors import AppendConflict, DurableError, RunEnded
-from celery_durable.store.runs import Resend
+from celery_durable.message import Resend
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -90,13 +90,7 @@ def _wake(durable: Durable, state: RunState, run_id: str) -> None:
     message = state.message
     if message is None or not message.get("task"):
         return
-    Resend(
-        run_id=run_id,
-        task=message["task"],
-        args=list(message.get("args") or ()),
-        kwargs=dict(message.get("kwargs") or {}),
-        options=dict(message.get("options") or {}),
-    ).send(durable.app)
+    Resend.from_json(run_id, message["task"], message).send(durable.app)
 
 
 def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> None:

@@ -47,19 +47,13 @@ from celery_durable.core.schedule_events import (
     to_new_event,
 )
 from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
+from celery_durable.message import NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
 from celery_durable.store.index import UnreadableEntry, fold_stored
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
 
 _RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
-
-_STR_OPTIONS = ("queue", "routing_key", "exchange")
-_NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
-KNOWN_OPTIONS = frozenset(
-    ("args", "kwargs", "priority", "headers", *_STR_OPTIONS, *_NUMBER_OPTIONS)
-)
-"""Celery options a schedule may carry to each run's message."""
 
 _MAX_ATTEMPTS = 50
 
@@ -68,10 +62,10 @@ log = logging.getLogger("celery_durable.schedules")
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     """Validate the Celery options of a schedule; ``InvalidSchedule`` names the bad one."""
-    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    unknown = sorted(set(options) - SCHEDULE_OPTIONS)
     if unknown:
         raise InvalidSchedule(
-            f"unknown option {unknown[0]!r}; known: {', '.join(sorted(KNOWN_OPTIONS))}",
+            f"unknown option {unknown[0]!r}; known: {', '.join(sorted(SCHEDULE_OPTIONS))}",
             field=unknown[0],
         )
     checked: dict[str, Any] = {}
@@ -82,9 +76,9 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             raise InvalidSchedule("option 'args' must be a list", field=key)
         if key in ("kwargs", "headers") and not isinstance(value, dict):
             raise InvalidSchedule(f"option {key!r} must be a dict", field=key)
-        if key in _STR_OPTIONS:
+        if key in STR_OPTIONS:
             check_text(value, f"option {key!r}")
-        if key in _NUMBER_OPTIONS and (
+        if key in NUMBER_OPTIONS and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
         ):
             raise InvalidSchedule(f"option {key!r} must be a positive number of seconds", field=key)
@@ -400,4 +394,4 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 
 
-__all__ = ["KNOWN_OPTIONS", "ScheduleStore", "Schedules", "check_options"]
+__all__ = ["ScheduleStore", "Schedules", "check_options"]

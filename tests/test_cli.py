@@ -721,7 +721,7 @@ def test_python_dash_m_entry_point(sqlite_url: str) -> None:
 
 def test_runs_show_of_a_scheduled_durable_run(sqlite_url: str) -> None:
     from celery_durable.core.ids import parse_run_id
-    from celery_durable.worker.durable_task import ScheduledRun, scheduled_message
+    from celery_durable.message import ScheduledRun, scheduled_message
 
     ok(
         sqlite_url,

@@ -22,8 +22,8 @@ from celery_durable.control import RunEnded
 from celery_durable.core.outcomes import Cancelled, Faulted, Finished
 from celery_durable.core.retry import Retry
 from celery_durable.errors import DurableError, RunParked
+from celery_durable.message import ScheduledRun, scheduled_message
 from celery_durable.worker.context import step_context
-from celery_durable.worker.durable_task import ScheduledRun, scheduled_message
 from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal
 
 pytestmark = pytest.mark.timeout(60)

@@ -38,9 +38,10 @@ from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording
 from celery_durable.dispatch.resender import Resender
 from celery_durable.dispatch.state import StateCache
+from celery_durable.message import Resend
 from celery_durable.store.index import ScheduleIndex
 from celery_durable.store.lease import Lease, default_owner
-from celery_durable.store.runs import Resend, RunStore
+from celery_durable.store.runs import RunStore
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

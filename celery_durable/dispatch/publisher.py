@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,22 +17,11 @@ from kombu.exceptions import EncodeError
 
 from celery_durable.core.catchup import recent_due_times
 from celery_durable.core.codec import time_to_json
-from celery_durable.core.ids import format_due
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
 from celery_durable.errors import DurableError
-from celery_durable.store.runs import Resend
+from celery_durable.message import Resend, run_message
 
 log = logging.getLogger("celery_durable.dispatcher")
-
-MESSAGE_OPTIONS = (
-    "queue",
-    "routing_key",
-    "exchange",
-    "priority",
-    "expires",
-    "time_limit",
-    "soft_time_limit",
-)
 
 #: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
 PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError, EncodeError)
@@ -41,16 +29,6 @@ PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError,
 
 class TaskMissing(DurableError, LookupError):
     """A run's task is not registered in the dispatcher's app (D4)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """What is sent for one run: positional and keyword arguments, options, headers."""
-
-    args: list[Any]
-    kwargs: dict[str, Any]
-    options: dict[str, Any]
-    headers: dict[str, Any]
 
 
 class Publisher:
@@ -136,7 +114,7 @@ class Publisher:
         if task is None:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
-        message = self.message(sid, pending, durable=durable)
+        message = run_message(sid, pending, durable=durable)
         task.apply_async(
             message.args,
             message.kwargs,
@@ -156,32 +134,6 @@ class Publisher:
             options=message.options,
             headers=message.headers,
         )
-
-    @staticmethod
-    def message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
-        """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
-        options = dict(pending.options)
-        headers = dict(options.get("headers") or {})
-        headers.update(
-            durable_schedule=sid,
-            durable_due=format_due(pending.due),
-            durable_run_id=pending.run_id,
-        )
-        if pending.track_end:
-            headers["durable_track_end"] = True
-        send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
-        if durable:
-            from celery_durable.worker import durable_task as tasks
-
-            run = tasks.ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
-            args, kwargs, extra = tasks.scheduled_message(run)
-            headers.update(extra)
-            return Message(list(args), dict(kwargs), send_options, headers)
-        if "args" in options or "kwargs" in options:
-            args = list(options.get("args") or [])
-        else:
-            args = [] if pending.input is None else [pending.input]
-        return Message(args, dict(options.get("kwargs") or {}), send_options, headers)
 
     # Deploy safety --------------------------------------------------------------------------
 

@@ -21,9 +21,10 @@ from celery_durable.core.schedule_aggregate import Command, ScheduleState, decid
 from celery_durable.core.schedule_events import RunsMissed, ScheduleEvent, to_new_event
 from celery_durable.dispatch.state import StateCache
 from celery_durable.errors import AppendConflict
+from celery_durable.message import Resend
 from celery_durable.store.index import entry_row, upsert
 from celery_durable.store.journal.sql import SqlJournal
-from celery_durable.store.runs import Resend, RunStore
+from celery_durable.store.runs import RunStore
 
 Clock = Callable[[], datetime]
 

@@ -1,4 +1,4 @@
-"""Worker-side durable tasks: the task class, ``ScheduledRun`` and the delivery shell (W1, W8).
+"""Worker-side durable tasks: the task class and the delivery shell (W1, W8).
 
 Every delivery of a durable task's message reads the run's stream once and decides, with the
 pure :func:`~celery_durable.core.run_aggregate.on_delivery`, whether to return a stored outcome,
@@ -15,7 +15,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from celery import Task
 from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
 
-from celery_durable.core.codec import check_json_value, time_from_json, time_to_json
+from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import run_stream
 from celery_durable.core.outcomes import Faulted, Finished, Outcome, raise_for
 from celery_durable.core.retry import type_name
@@ -43,7 +42,8 @@ from celery_durable.core.run_aggregate import (
     unreached,
 )
 from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
-from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, message_json
+from celery_durable.message import OWNER_HEADER, decode_args, message_json
+from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
 from celery_durable.worker.context import (
     LostClaim,
     Park,
@@ -58,50 +58,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("celery_durable.tasks")
 
-SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
-"""Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
-
 DEFAULT_SHORT_SLEEP = 60.0
 """Default of ``durable_short_sleep``: longer waits are left to the dispatcher."""
 
 _CLAIM_ATTEMPTS = 20
 _EAGER_POLL = 0.2
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledRun:
-    """What a schedule hands to a durable task: its ID, the due time (aware UTC), the input."""
-
-    schedule: str
-    due: datetime
-    input: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schedule": self.schedule, "due": time_to_json(self.due), "input": self.input}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScheduledRun:
-        return cls(
-            schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input")
-        )
-
-
-def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
-    """``(args, kwargs, headers)`` of the message that starts a durable task for a schedule.
-
-    The ``ScheduledRun`` travels as one tagged JSON object in ``args``, so any Celery
-    serializer (json, msgpack, yaml, pickle) carries it; the receiving task turns it back into
-    a ``ScheduledRun`` before calling the body.
-    """
-    return [{SCHEDULED_RUN_TAG: 1, **run.to_json()}], {}, {}
-
-
-def decode_args(args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
-    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``."""
-    return tuple(
-        ScheduledRun.from_json(arg) if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg else arg
-        for arg in args
-    )
 
 
 class DurableTaskMixin:
@@ -160,10 +121,6 @@ def short_sleep_limit(app: Any) -> float:
     if visibility:
         limit = min(limit, float(visibility) / 2)
     return limit
-
-
-OWNER_HEADER = "durable_owner"
-"""Message header naming the claim a re-sent delivery takes over (its own, from before)."""
 
 
 def _owner() -> str:
@@ -451,14 +408,10 @@ def stored_outcome(state: RunState) -> Outcome | None:
 
 
 __all__ = [
-    "SCHEDULED_RUN_TAG",
     "DurableTaskMixin",
     "Finished",
-    "ScheduledRun",
-    "decode_args",
     "deliver",
     "durable_task_base",
     "make_durable_task",
-    "scheduled_message",
     "stored_outcome",
 ]

@@ -15,6 +15,7 @@ from celery import signals
 
 from celery_durable.core.ids import parse_due
 from celery_durable.core.schedule_aggregate import MarkEnded
+from celery_durable.message import DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
 
 log = logging.getLogger("celery_durable.ends")
 
@@ -34,7 +35,7 @@ def _on_postrun(
     **_: Any,
 ) -> None:
     request = getattr(task, "request", None)
-    if request is None or not getattr(request, "durable_track_end", False):
+    if request is None or not getattr(request, TRACK_END_HEADER, False):
         return
     outcome = _TERMINAL.get(str(state))
     if outcome is None:
@@ -46,8 +47,8 @@ def _on_postrun(
         outcome = durable.run_ended(str(task_id))
         if outcome is None:
             return  # suspended (sleep, retry wait, signal): the run goes on
-    schedule_id = getattr(request, "durable_schedule", None)
-    due_text = getattr(request, "durable_due", None)
+    schedule_id = getattr(request, SCHEDULE_HEADER, None)
+    due_text = getattr(request, DUE_HEADER, None)
     if not schedule_id or not due_text:
         return
     try:
