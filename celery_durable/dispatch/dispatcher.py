@@ -46,7 +46,7 @@ from celery_durable.store.runs import RunStore
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -66,30 +66,30 @@ class Dispatcher:
 
     def __init__(
         self,
-        durable: Durable,
+        runtime: Runtime,
         *,
         owner: str | None = None,
         lease_ttl: float | None = None,
         poll_interval: float | None = None,
     ) -> None:
-        self.durable = durable
-        self.app = durable.app
-        config = durable.config
+        self.runtime = runtime
+        self.app = runtime.app
+        config = runtime.config
         self.check_interval = config.check_interval
         self.retry_delay = timedelta(seconds=min(config.check_interval, 5.0))
         self.poll_interval = min(poll_interval or config.poll_interval, config.check_interval)
         self.lease = Lease(
-            durable.journal,
+            runtime.journal,
             "dispatcher",
             owner or default_owner(),
             lease_ttl or config.leader_lease,
         )
-        self.index = ScheduleIndex(durable.journal)
+        self.index = ScheduleIndex(runtime.journal)
         self.run_lease = config.run_lease
-        self.runs = RunStore(durable.journal)
-        self.cache = StateCache(durable.journal, self.index)
+        self.runs = RunStore(runtime.journal)
+        self.cache = StateCache(runtime.journal, self.index)
         self.recorder = Recorder(
-            durable.journal, self.cache, durable.now, run_lease=self.run_lease, sender=self
+            runtime.journal, self.cache, runtime.now, run_lease=self.run_lease, sender=self
         )
         self.publisher = Publisher(self.app, self.retry_delay)
         self.resender = Resender(
@@ -113,7 +113,7 @@ class Dispatcher:
             raise
 
     def _tick(self) -> float:
-        now = self.durable.now()
+        now = self.runtime.now()
         if not self.lease.hold(now):
             self._loaded = False  # another process works; our caches go stale
             return self.poll_interval
@@ -133,7 +133,7 @@ class Dispatcher:
         try:
             for start in range(0, len(due), CHUNK):
                 # A fresh time per chunk: a long burst does not decide its last chunk late.
-                chunk_now = now if start == 0 else self.durable.now()
+                chunk_now = now if start == 0 else self.runtime.now()
                 sids = due[start : start + CHUNK]
                 starts, durable_runs = self._decide_and_send(sids, chunk_now)
                 if recording is not None:
@@ -147,7 +147,7 @@ class Dispatcher:
                 self._finish(recording)
                 recording = None
             if burst:  # the index rows of the burst, once its last start is stored (D2)
-                self.cache.write_rows(due, self.durable.now())
+                self.cache.write_rows(due, self.runtime.now())
         finally:
             try:
                 if recording is not None:  # a round failed: wait for the one in flight
@@ -160,7 +160,7 @@ class Dispatcher:
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
             )
         self.resender.resend(now)
-        return self._sleep_after(self.durable.now())
+        return self._sleep_after(self.runtime.now())
 
     def load(self, now: datetime) -> None:
         """Read the index and the events stored since (C4); nothing is decided before this."""
@@ -265,7 +265,7 @@ class Dispatcher:
         if self._loaded:
             try:
                 self.cache.checkpoint_soon()
-                self.refresh(self.durable.now())
+                self.refresh(self.runtime.now())
             except Exception:  # the rows are a cache: start-up reads the events instead
                 log.warning("could not write the index rows on close", exc_info=True)
         try:

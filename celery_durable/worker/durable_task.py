@@ -54,7 +54,7 @@ from celery_durable.worker.context import (
 )
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.tasks")
 
@@ -69,7 +69,7 @@ class DurableTaskMixin:
     """What makes a Celery task durable; combined with the app's task class."""
 
     __durable__ = True
-    durable: Durable
+    runtime: Runtime
     # The broker redelivers the message of a worker that died mid-run (W1): replay is safe.
     acks_late = True
     reject_on_worker_lost = True
@@ -87,29 +87,31 @@ class DurableTaskMixin:
         return parent_call(*args, **kwargs)
 
 
-def durable_task_base(durable: Durable) -> type:
-    """The task class of durable tasks for ``durable``'s app, derived from ``app.Task``.
+def durable_task_base(runtime: Runtime) -> type:
+    """The task class of durable tasks for ``runtime``'s app, derived from ``app.Task``.
 
     Deriving from ``app.Task`` keeps what a framework put there (Django's ``DjangoTask``, a
     Flask app-context task). ``acks_late`` with ``reject_on_worker_lost`` makes the broker
     deliver the message again when a worker dies mid-run: the journal makes that replay safe.
     """
-    base: type = durable.app.Task
+    base: type = runtime.app.Task
     return type(
         "DurableTask",
         (DurableTaskMixin, base),
-        {"durable": durable, "__module__": __name__},
+        {"runtime": runtime, "__module__": __name__},
     )
 
 
-def make_durable_task(durable: Durable, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+def make_durable_task(
+    runtime: Runtime, base: type, fun: Callable[..., Any], options: dict[str, Any]
+) -> Any:
     """Register ``fun`` as a durable Celery task (every Celery task option passes through)."""
     options = dict(options)
-    options.setdefault("base", durable.task_base)
+    options.setdefault("base", base)
     # A durable task belongs to this Durable's journal: do not copy it into other apps
     # (Celery's default ``shared=True`` would, with this app's task class and journal).
     options.setdefault("shared", False)
-    return durable.app.task(**options)(fun)
+    return runtime.app.task(**options)(fun)
 
 
 def short_sleep_limit(app: Any) -> float:
@@ -187,8 +189,8 @@ def deliver(
                 time.sleep(delay)
                 continue
             raise _send_again(task, delay, headers={OWNER_HEADER: owner}) from None
-        durable: Durable = task.durable
-        now = durable.now()
+        runtime: Runtime = task.runtime
+        now = runtime.now()
         wait = None if until is None else max(0.0, (until - now).total_seconds())
         if eager:
             # apply(): nobody would send the task again, so wait here and look again.
@@ -225,13 +227,13 @@ def _deliver_once(
     eager: bool,
     owner: str,
 ) -> Any:
-    durable: Durable = task.durable
-    journal = durable.journal
+    runtime: Runtime = task.runtime
+    journal = runtime.journal
     stream = run_stream(run_id)
     with journal_errors():
         state = fold(journal.read_stream(stream))
     run = RunContext(
-        durable,
+        runtime,
         run_id=run_id,
         task=task.name,
         owner=owner,
@@ -240,7 +242,7 @@ def _deliver_once(
         eager=eager,
     )
     for _ in range(_CLAIM_ATTEMPTS):
-        now = durable.now()
+        now = runtime.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
             log.info("run %s has ended already; returning its stored outcome", run_id)

@@ -13,9 +13,12 @@ from typing import Any
 
 from celery import signals
 
+from celery_durable.control import run_ended
 from celery_durable.core.ids import parse_due
 from celery_durable.core.schedule_aggregate import MarkEnded
 from celery_durable.message import DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
+from celery_durable.runtime import Runtime
+from celery_durable.schedules import ScheduleStore
 
 log = logging.getLogger("celery_durable.ends")
 
@@ -40,11 +43,9 @@ def _on_postrun(
     outcome = _TERMINAL.get(str(state))
     if outcome is None:
         return
-    from celery_durable.durable import Durable
-
-    durable = Durable.for_app(task.app)
+    runtime = Runtime.for_app(task.app)
     if getattr(task, "__durable__", False):
-        outcome = durable.run_ended(str(task_id))
+        outcome = run_ended(runtime, str(task_id))
         if outcome is None:
             return  # suspended (sleep, retry wait, signal): the run goes on
     schedule_id = getattr(request, SCHEDULE_HEADER, None)
@@ -53,7 +54,7 @@ def _on_postrun(
         return
     try:
         due = parse_due(due_text)
-        durable._store.execute(
+        ScheduleStore(runtime).execute(
             schedule_id, lambda now: MarkEnded(due=due, outcome=str(outcome), now=now)
         )
     except Exception:  # never fail the task because the end could not be recorded

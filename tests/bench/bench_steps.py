@@ -218,7 +218,7 @@ def bench_replay(task: Any, crash: dict[str, Any], steps_n: int, reps: int) -> l
         with contextlib.suppress(Crash):
             task.apply((steps_n,), task_id=run_id)
         crash["on"] = False
-        crash["offset"] += task.durable.config.run_lease + 1  # the crashed claim has expired
+        crash["offset"] += task.runtime.config.run_lease + 1  # the crashed claim has expired
         t0 = time.perf_counter()
         task.apply((steps_n,), task_id=run_id).get()
         times.append((time.perf_counter() - t0) * 1e3)
