@@ -22,13 +22,12 @@ from celery_durable.core.run_aggregate import (
     fold,
     parked_outcome,
 )
-from celery_durable.errors import AppendConflict, DurableError, RunEnded
+from celery_durable.errors import DurableError, RunEnded
 from celery_durable.message import Resend
+from celery_durable.store.conflicts import retry_on_conflict
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
-
-_ATTEMPTS = 50
 
 
 def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunState:
@@ -82,17 +81,19 @@ def _append(runtime: Runtime, run_id: str, make: Any) -> tuple[RunState, bool]:
     """Append ``make(state)`` (a NewEvent or ``None``) at the version read; retry on conflict."""
     stream = run_stream(run_id)
     state = _read(runtime, run_id)
-    for _ in range(_ATTEMPTS):
+
+    def attempt() -> bool:
         new = make(state)
         if new is None:
-            return state, False
-        try:
-            runtime.journal.append(stream, state.version, [new])
-        except AppendConflict:
-            state = _read(runtime, run_id, state)
-            continue
-        return state, True
-    raise DurableError(f"run {run_id!r}: too many concurrent writers to its journal")
+            return False
+        runtime.journal.append(stream, state.version, [new])
+        return True
+
+    def reread() -> None:
+        _read(runtime, run_id, state)  # folds into ``state`` in place
+
+    stored = retry_on_conflict(attempt, reread=reread, what=f"run {run_id!r}")
+    return state, stored
 
 
 def _wake(runtime: Runtime, state: RunState, run_id: str) -> None:

@@ -46,16 +46,15 @@ from celery_durable.core.schedule_events import (
     from_stored,
     to_new_event,
 )
-from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
+from celery_durable.errors import InvalidSchedule
 from celery_durable.message import NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
+from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.index import UnreadableEntry, fold_stored
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
 _RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
-
-_MAX_ATTEMPTS = 50
 
 log = logging.getLogger("celery_durable.schedules")
 
@@ -309,7 +308,8 @@ class ScheduleStore:
         """
         journal = self._runtime.journal
         stream = schedule_stream(schedule_id)
-        for _ in range(_MAX_ATTEMPTS):
+
+        def attempt() -> list[ScheduleEvent]:
             state = self.load(schedule_id)
             made = make(self._runtime.now())
             events: list[ScheduleEvent] = []
@@ -318,16 +318,14 @@ class ScheduleStore:
                 produced = decide(folded, command)
                 folded = fold_all(folded, produced)
                 events.extend(produced)
-            if not events:
-                return []
-            try:
+            if events:
                 journal.append(stream, state.version, [to_new_event(e) for e in events])
-            except AppendConflict:
-                continue
-            for event in events:  # a trigger or backfill decides runs here, not in the dispatcher
-                signals.announce(self, schedule_id, event)
             return events
-        raise DurableError(f"schedule {schedule_id!r} kept changing under {_MAX_ATTEMPTS} attempts")
+
+        events = retry_on_conflict(attempt, what=f"schedule {schedule_id!r}")
+        for event in events:  # a trigger or backfill decides runs here, not in the dispatcher
+            signals.announce(self, schedule_id, event)
+        return events
 
 
 MAX_BACKFILL = 10_000

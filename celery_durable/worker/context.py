@@ -39,15 +39,14 @@ from celery_durable.core.run_aggregate import (
     fold,
     stored_at,
 )
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
+from celery_durable.errors import DurableError, JournalUnavailable
+from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.runs")
-
-_MAX_CONFLICTS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +197,8 @@ class RunContext:
         Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
         :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
         """
-        for _ in range(_MAX_CONFLICTS):
+
+        def attempt() -> None:
             now = self.now()
             batch = list(events)
             values = None if row is None else dict(row)
@@ -211,21 +211,20 @@ class RunContext:
                 values = values or {}
                 values.setdefault("lease_until", until)
                 values.setdefault("owner", self.owner)
-            try:
-                version = self._write(batch, values, now)
-            except AppendConflict:
-                self.catch_up()
-                if abort_if is not None and abort_if():
-                    raise Changed() from None
-                continue
+            version = self._write(batch, values, now)
             start = self.state.version
             for offset, new in enumerate(batch, start=1):
                 apply(self.state, start + offset, new.type, new.data)
             self.state.version = version
             if renewing:
                 self.lease_until = self.state.claim.lease_until if self.state.claim else None
-            return
-        raise DurableError(f"run {self.run_id!r}: too many concurrent writers to its journal")
+
+        def reread() -> None:
+            self.catch_up()
+            if abort_if is not None and abort_if():
+                raise Changed() from None
+
+        retry_on_conflict(attempt, reread=reread, what=f"run {self.run_id!r}")
 
     def _write(self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime) -> int:
         with journal_errors():

@@ -41,8 +41,9 @@ from celery_durable.core.run_aggregate import (
     on_delivery,
     unreached,
 )
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
+from celery_durable.errors import DurableError, JournalUnavailable, RunParked
 from celery_durable.message import OWNER_HEADER, decode_args, message_json
+from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
 from celery_durable.worker.context import (
     LostClaim,
@@ -61,7 +62,6 @@ log = logging.getLogger("celery_durable.tasks")
 DEFAULT_SHORT_SLEEP = 60.0
 """Default of ``durable_short_sleep``: longer waits are left to the dispatcher."""
 
-_CLAIM_ATTEMPTS = 20
 _EAGER_POLL = 0.2
 
 
@@ -241,12 +241,14 @@ def _deliver_once(
         short_sleep=short_sleep_limit(task.app),
         eager=eager,
     )
-    for _ in range(_CLAIM_ATTEMPTS):
+
+    def claim() -> tuple[bool, Any]:
+        """``(True, what to return)`` when this delivery is done, ``(False, None)`` once claimed."""
         now = runtime.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
             log.info("run %s has ended already; returning its stored outcome", run_id)
-            return raise_for(run_id, decision.outcome)
+            return True, raise_for(run_id, decision.outcome)
         if isinstance(decision, Busy):
             limit = run.short_sleep
             if (decision.until - now).total_seconds() <= limit:
@@ -254,20 +256,22 @@ def _deliver_once(
             log.info(
                 "run %s is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
             )
-            return None
+            return True, None
         if isinstance(decision, NotYet):
             raise _Later(decision.until)
-        if isinstance(decision, Proceed):
-            try:
-                with journal_errors():
-                    _claim(run, task, args, kwargs, now)
-            except AppendConflict:
-                with journal_errors():
-                    fold(journal.read_stream(stream, state.version), state)
-                continue
-            break
-    else:
-        raise DurableError(f"run {run_id!r}: could not claim it ({_CLAIM_ATTEMPTS} conflicts)")
+        if not isinstance(decision, Proceed):
+            raise DurableError(f"run {run_id!r}: unexpected delivery decision {decision!r}")
+        with journal_errors():
+            _claim(run, task, args, kwargs, now)
+        return False, None
+
+    def reread() -> None:
+        with journal_errors():
+            fold(journal.read_stream(stream, state.version), state)
+
+    done, value = retry_on_conflict(claim, reread=reread, what=f"run {run_id!r}: claim")
+    if done:
+        return value
     return _execute(run, args, kwargs, body)
 
 
