@@ -1,0 +1,226 @@
+"""The package's layers hold by construction (see docs/architecture.md).
+
+* The pure core (``celery_durable.core``), the wire format, the errors, the settings and the
+  package itself import without SQLAlchemy, Celery or kombu: proved in a subprocess where
+  those packages cannot be imported at all.
+* The import graph (module-level and type-level imports, read from the source with ``ast``)
+  has no cycle, and no module imports one of a higher layer.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "celery_durable"
+
+PURE = [
+    "celery_durable",
+    "celery_durable.errors",
+    "celery_durable.message",
+    "celery_durable.config",
+]
+BLOCKED = ("sqlalchemy", "celery", "kombu", "psycopg", "django", "flask", "click")
+
+#: Lower numbers are lower layers; a module may import its own layer and the ones below.
+LAYERS = [
+    ("errors",),
+    ("core",),
+    ("message", "config", "signals"),
+    ("store",),
+    ("runtime",),
+    ("dispatch", "worker", "schedules", "control"),
+    ("beat", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
+]
+
+
+def module_names() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if "migrations" in parts:
+            continue
+        names.append(".".join(parts))
+    return names
+
+
+def core_modules() -> list[str]:
+    return [
+        n
+        for n in module_names()
+        if n == "celery_durable.core" or n.startswith("celery_durable.core.")
+    ]
+
+
+def test_the_core_imports_with_sqlalchemy_and_celery_blocked() -> None:
+    modules = core_modules() + PURE
+    assert (
+        "celery_durable.core.rules" in modules and "celery_durable.core.schedule_events" in modules
+    )
+    script = textwrap.dedent(
+        f"""
+        import importlib, sys
+
+        BLOCKED = {BLOCKED!r}
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"blocked: {{name}}")
+                return None
+
+        sys.meta_path.insert(0, Block())
+        for name in {modules!r}:
+            importlib.import_module(name)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not loaded, loaded
+        print("ok", len({modules!r}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")
+
+
+def test_the_blocker_does_block() -> None:
+    """The check above can fail: a module that needs SQLAlchemy does not import under it."""
+    script = textwrap.dedent(
+        """
+        import sys
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "sqlalchemy":
+                    raise ImportError(name)
+
+        sys.meta_path.insert(0, Block())
+        import celery_durable.store.journal.sql
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "ImportError" in done.stderr
+
+
+def _imports(tree: ast.Module, name: str, is_package: bool) -> Iterator[tuple[str, bool]]:
+    """``(imported module, at module level or for types)`` for every import of the package."""
+
+    def visit(node: ast.AST, top: bool) -> Iterator[tuple[str, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield alias.name, top
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parent = name.split(".")
+                    parent = parent[: len(parent) - child.level + (1 if is_package else 0)]
+                    base = ".".join([*parent, *([base] if base else [])])
+                for alias in child.names:
+                    yield f"{base}.{alias.name}", top  # a submodule, or a name in ``base``
+                    yield base, top
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from visit(child, False)
+            else:
+                yield from visit(child, top)
+
+    yield from visit(tree, True)
+
+
+def import_graph() -> dict[str, dict[str, bool]]:
+    """Module → {imported module: at module level (incl. ``TYPE_CHECKING``), not in a function}."""
+    names = set(module_names())
+    graph: dict[str, dict[str, bool]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        name = ".".join(parts)
+        if name not in names:
+            continue
+        edges: dict[str, bool] = {}
+        for target, top in _imports(ast.parse(path.read_text()), name, is_package):
+            if target in names and target != name:
+                edges[target] = edges.get(target, False) or top
+        graph[name] = edges
+    return graph
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "__init__"
+    for rank, members in enumerate(LAYERS):
+        if key in members:
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in {__file__}")
+
+
+def test_the_graph_sees_imports_of_every_kind() -> None:
+    graph = import_graph()
+    assert graph["celery_durable.dispatch.dispatcher"]["celery_durable.dispatch.state"] is True
+    assert graph["celery_durable.durable"]["celery_durable.dispatch.dispatcher"] is True  # types
+    assert graph["celery_durable.durable"]["celery_durable.worker.steps"] is False  # in a method
+    assert graph["celery_durable.dispatch.recorder"]["celery_durable.signals"] is True  # from pkg
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    wrong = [
+        f"{source} (layer {layer_of(source)}) imports {target} (layer {layer_of(target)})"
+        for source, edges in import_graph().items()
+        for target in edges
+        if layer_of(target) > layer_of(source) and target != "celery_durable"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_below_the_adapters_imports_the_facade() -> None:
+    users = sorted(s for s, edges in import_graph().items() if "celery_durable.durable" in edges)
+    allowed = ("celery_durable.cli", "celery_durable.contrib", "celery_durable.metrics")
+    assert [u for u in users if u != "celery_durable" and not u.startswith(allowed)] == []
+
+
+def test_module_level_imports_have_no_cycle() -> None:
+    graph = {s: [t for t, top in edges.items() if top] for s, edges in import_graph().items()}
+    # A package's __init__ re-exporting its modules is not a cycle with them.
+    for source in graph:
+        graph[source] = [
+            t for t in graph[source] if not source.startswith(t + ".") and t != "celery_durable"
+        ]
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in graph.get(node, []):
+            if state.get(target) == 1:
+                cycle = [*stack[stack.index(target) :], target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if state.get(target) is None:
+                visit(target)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
