@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from celery import Celery
 
@@ -20,7 +21,13 @@ from celery_durable.store.runs import RunStore
 from celery_durable.worker import run_ends as ends
 
 if TYPE_CHECKING:
+    from celery_durable.core.outcomes import Outcome
+    from celery_durable.core.retry import Retry
     from celery_durable.dispatch.dispatcher import Dispatcher
+    from celery_durable.worker.durable_task import DurableTask
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _BY_APP: weakref.WeakKeyDictionary[Celery, Durable] = weakref.WeakKeyDictionary()
 _BY_APP_LOCK = threading.Lock()
@@ -106,8 +113,17 @@ class Durable:
 
         return durable_task_base(self.runtime)
 
+    @overload
+    def task(self, fun: Callable[P, R], /) -> DurableTask[P, R]: ...
+
+    @overload
+    def task(self, **options: Any) -> Callable[[Callable[P, R]], DurableTask[P, R]]: ...
+
     def task(self, *args: Any, **options: Any) -> Any:
-        """Register a durable Celery task; usable as ``@durable.task`` or ``@durable.task(...)``."""
+        """Register a durable Celery task; usable as ``@durable.task`` or ``@durable.task(...)``.
+
+        The task keeps the decorated function's signature for type checkers.
+        """
         from celery_durable.worker.durable_task import make_durable_task
 
         if len(args) == 1 and callable(args[0]) and not options:
@@ -120,6 +136,16 @@ class Durable:
 
     # Durable runs ---------------------------------------------------------------------------
     # (worker side: celery_durable.worker, .control, .store.runs)
+
+    @overload
+    def step(
+        self, fun: Callable[P, R], *, retry: Retry | None = None, name: str | None = None
+    ) -> Callable[P, R]: ...
+
+    @overload
+    def step(
+        self, fun: None = None, *, retry: Retry | None = None, name: str | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
     def step(self, fun: Any = None, *, retry: Any = None, name: str | None = None) -> Any:
         """A journaled step (W2); usable as ``@durable.step`` or ``@durable.step(retry=…)``.
@@ -138,7 +164,7 @@ class Durable:
         """The run table (:class:`~.store.runs.RunStore`): stale runs and wake-ups (D8)."""
         return self.runtime.runs
 
-    def outcome(self, run_id: str, timeout: float | None = None) -> Any:
+    def outcome(self, run_id: str, timeout: float | None = None) -> Outcome:
         """``Finished(value)``, ``Faulted(error)`` or ``Cancelled()`` of a run, from the journal
         (W7). ``TimeoutError`` when it does not end in time; ``LookupError`` if never started."""
         return control.outcome(self.runtime, run_id, timeout)

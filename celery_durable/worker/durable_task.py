@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 
 from celery import Task
 from celery.exceptions import Ignore, Reject
@@ -102,16 +102,41 @@ def durable_task_base(runtime: Runtime) -> type:
     )
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class DurableTask(Protocol[P, R_co]):
+    """A durable task as a type checker sees it: the body's signature, and Celery's task API.
+
+    ``@durable.task`` returns the Celery task object; this protocol keeps the decorated
+    function's parameters for calling it and for ``delay``. Other task attributes are ``Any``.
+    """
+
+    name: str
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> Any: ...
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
 def make_durable_task(
-    runtime: Runtime, base: type, fun: Callable[..., Any], options: dict[str, Any]
-) -> Any:
+    runtime: Runtime, base: type, fun: Callable[P, R], options: dict[str, Any]
+) -> DurableTask[P, R]:
     """Register ``fun`` as a durable Celery task (every Celery task option passes through)."""
     options = dict(options)
     options.setdefault("base", base)
     # A durable task belongs to this Durable's journal: do not copy it into other apps
     # (Celery's default ``shared=True`` would, with this app's task class and journal).
     options.setdefault("shared", False)
-    return runtime.app.task(**options)(fun)
+    return cast("DurableTask[P, R]", runtime.app.task(**options)(fun))
 
 
 def short_sleep_limit(app: Any) -> float:
@@ -414,6 +439,7 @@ def stored_outcome(state: RunState) -> Outcome | None:
 
 
 __all__ = [
+    "DurableTask",
     "DurableTaskMixin",
     "Finished",
     "deliver",

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from celery_durable.core.codec import check_json_value, time_to_json
 from celery_durable.core.retry import GiveUp, Retry, decide_retry, type_name
@@ -29,7 +29,8 @@ from celery_durable.core.run_aggregate import (
 from celery_durable.errors import AttemptTimeout, DurableError, StepFailed
 from celery_durable.worker.context import Changed, RunContext, StepContext, current_run
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 INLINE_WAIT = 1.0
 """Waits up to this many seconds (retry backoff, short sleeps) happen inside the worker;
@@ -47,7 +48,9 @@ def step_name_of(fun: Callable[..., Any]) -> str:
     return str(getattr(fun, "__qualname__", None) or getattr(fun, "__name__", repr(fun)))
 
 
-def make_step(fun: F, *, retry: Retry | None = None, name: str | None = None) -> F:
+def make_step(
+    fun: Callable[P, R], *, retry: Retry | None = None, name: str | None = None
+) -> Callable[P, R]:
     """Wrap ``fun`` as a journaled step (what ``@durable.step`` does)."""
     if not callable(fun):
         raise TypeError(f"a step must be callable, not {type(fun).__name__}")
@@ -59,7 +62,7 @@ def make_step(fun: F, *, retry: Retry | None = None, name: str | None = None) ->
         raise TypeError("a step name must be a non-empty str")
 
     @functools.wraps(fun)
-    def step(*args: Any, **kwargs: Any) -> Any:
+    def step(*args: P.args, **kwargs: P.kwargs) -> R:
         run = current_run()
         if run is None or run.in_step:
             return fun(*args, **kwargs)
@@ -67,7 +70,7 @@ def make_step(fun: F, *, retry: Retry | None = None, name: str | None = None) ->
 
     step.__durable_step__ = stored_name  # type: ignore[attr-defined]
     step.retry_policy = policy  # type: ignore[attr-defined]
-    return step  # type: ignore[return-value]
+    return step
 
 
 def step_failed(
