@@ -60,65 +60,50 @@ def core_modules() -> list[str]:
     ]
 
 
-def test_the_core_imports_with_sqlalchemy_and_celery_blocked() -> None:
-    modules = core_modules() + PURE
-    assert (
-        "celery_durable.core.rules" in modules and "celery_durable.core.schedule_events" in modules
-    )
+def import_blocked(
+    modules: list[str], blocked: tuple[str, ...]
+) -> subprocess.CompletedProcess[str]:
+    """Import ``modules`` in a fresh interpreter where ``blocked`` packages cannot be imported."""
     script = textwrap.dedent(
         f"""
         import importlib, sys
 
-        BLOCKED = {BLOCKED!r}
-
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in BLOCKED:
+                if name.split(".")[0] in {blocked!r}:
                     raise ImportError(f"blocked: {{name}}")
                 return None
 
         sys.meta_path.insert(0, Block())
         for name in {modules!r}:
             importlib.import_module(name)
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {blocked!r})
         assert not loaded, loaded
-        print("ok", len({modules!r}))
+        print("ok")
         """
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script],
         cwd=PACKAGE.parent,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("ok")
+
+
+def test_the_core_imports_with_sqlalchemy_and_celery_blocked() -> None:
+    modules = core_modules() + PURE
+    assert (
+        "celery_durable.core.rules" in modules and "celery_durable.core.schedule_events" in modules
+    )
+    done = import_blocked(modules, BLOCKED)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr
 
 
 def test_the_blocker_does_block() -> None:
     """The check above can fail: a module that needs SQLAlchemy does not import under it."""
-    script = textwrap.dedent(
-        """
-        import sys
-
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "sqlalchemy":
-                    raise ImportError(name)
-
-        sys.meta_path.insert(0, Block())
-        import celery_durable.store.journal.sql
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=PACKAGE.parent,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode != 0 and "ImportError" in done.stderr
+    done = import_blocked(["celery_durable.store.journal.sql"], ("sqlalchemy",))
+    assert done.returncode != 0 and "blocked: sqlalchemy" in done.stderr
 
 
 def _imports(tree: ast.Module, name: str, is_package: bool) -> Iterator[tuple[str, bool]]:
