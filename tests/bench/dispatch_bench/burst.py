@@ -198,10 +198,11 @@ def child_tick(c: argparse.Namespace) -> None:
 
         return wrapper
 
-    disp._decide = timed("decide_s", disp._decide)  # type: ignore[method-assign]
-    disp._append = timed("append_s", disp._append)  # type: ignore[method-assign]
-    disp._send = timed("send_s", disp._send, materialise=True)  # type: ignore[method-assign]
-    disp._states_of = timed("states_s", disp._states_of)  # type: ignore[method-assign]
+    recorder, publisher, cache = disp.recorder, disp.publisher, disp.cache
+    recorder.decide = timed("decide_s", recorder.decide)  # type: ignore[method-assign]
+    recorder.append = timed("append_s", recorder.append)  # type: ignore[method-assign]
+    publisher.send = timed("send_s", publisher.send, materialise=True)  # type: ignore[method-assign]
+    cache.states_of = timed("states_s", cache.states_of)  # type: ignore[method-assign]
     t_ctor = time.perf_counter() - t0
     disp.load(durable.now())
     t_load = time.perf_counter() - t0

@@ -11,17 +11,17 @@ from typing import Any
 from sqlalchemy import func, select
 
 from celery_durable import CatchUp, Durable, Every
-from celery_durable.events import (
+from celery_durable.core.ids import run_id, schedule_stream
+from celery_durable.core.journal import Append
+from celery_durable.core.schedule_aggregate import ScheduleState, fold_all
+from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
     RunStarted,
     ScheduleCreated,
     to_new_event,
 )
-from celery_durable.ids import run_id, schedule_stream
-from celery_durable.journal import Append
-from celery_durable.journal.schema import events as events_table
-from celery_durable.schedule import ScheduleState, fold_all
+from celery_durable.store.journal.schema import events as events_table
 
 from .common import TASK, utcnow
 

@@ -74,7 +74,7 @@ def restore(url: str, head: int) -> None:
 
 
 def _plain(url: str) -> str:
-    from celery_durable.journal.urls import normalize_url
+    from celery_durable.store.journal.urls import normalize_url
 
     return normalize_url(url).render_as_string(hide_password=False)
 

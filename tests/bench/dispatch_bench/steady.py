@@ -15,9 +15,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from celery_durable import Durable
-from celery_durable.codec import time_from_json
-from celery_durable.ids import parse_due
-from celery_durable.journal.schema import events as events_table
+from celery_durable.core.codec import time_from_json
+from celery_durable.core.ids import parse_due
+from celery_durable.store.journal.schema import events as events_table
 
 from .common import (
     RESULTS,
