@@ -155,6 +155,25 @@ def test_relative_links_between_pages_resolve() -> None:
     assert not broken
 
 
+#: A rule ID as cited in code, tests and docs (S1, R7, R8a, D8 …); not inside ``%C3%A9``-like
+#: escapes or longer words (``W47`` is an ISO week).
+RULE_ID = re.compile(r"(?<![%\w-])([SRACDBIOPWV][1-9]a?)\b")
+
+
+def test_every_rule_id_cited_is_explained_in_the_rules_index() -> None:
+    """docs/rules-index.md says what each cited ID promises, so no reader needs the tracker."""
+    index = (DOCS / "rules-index.md").read_text()
+    explained = set(re.findall(r"^\* \*\*([A-Z][1-9]a?)\*\* — ", index, re.M))  # one entry each
+    cited: dict[str, str] = {}
+    for folder, pattern in (("celery_durable", "*.py"), ("tests", "*.py"), ("docs", "*.md")):
+        for path in sorted((REPO_ROOT / folder).rglob(pattern)):
+            for match in RULE_ID.finditer(path.read_text(errors="replace")):
+                cited.setdefault(match.group(1), str(path.relative_to(REPO_ROOT)))
+    missing = {rule: where for rule, where in cited.items() if rule not in explained}
+    assert not missing, f"rule IDs cited but not in docs/rules-index.md: {missing}"
+    assert {"S1", "R7", "A6", "D8", "B2", "W6", "V1"} <= explained
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.filterwarnings("ignore:Task name .* is already registered")  # pages reuse names
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
