@@ -26,6 +26,7 @@ settings.make_dirs()
 app = Celery("example_project", broker=settings.broker_url)
 app.conf.update(
     timezone=ZONE,
+    broker_transport=settings.broker_transport,
     broker_transport_options=settings.broker_transport_options,
     broker_connection_retry_on_startup=True,
     durable_url=settings.journal_url,

@@ -27,6 +27,8 @@ class Settings:
     broker_url: str
     journal_url: str
     broker_transport_options: dict[str, Any]
+    broker_transport: str | None = None
+    """The transport class for the embedded broker (``example_project/broker.py``)."""
 
     @property
     def embedded_broker(self) -> bool:
@@ -38,7 +40,10 @@ class Settings:
         broker_url = os.environ.get("CELERY_BROKER_URL") or "filesystem://"
         journal_url = os.environ.get("CELERY_DURABLE_URL") or f"sqlite:///{data_dir / 'journal.db'}"
         options: dict[str, Any] = {}
+        transport = None
         if broker_url.startswith("filesystem://"):
+            # kombu's filesystem transport, writing each message whole (see broker.py).
+            transport = "example_project.broker:Transport"
             # One folder is both the outbox and the inbox: every process (beat, worker, this
             # one) reads and writes the same queue files. Processed messages are deleted.
             queue = data_dir / "broker" / "queue"
@@ -56,6 +61,7 @@ class Settings:
             broker_url=broker_url,
             journal_url=journal_url,
             broker_transport_options=options,
+            broker_transport=transport,
         )
 
     def make_dirs(self) -> None:

@@ -1,4 +1,4 @@
-"""The chaos harness in CI (issue 7 §1): two minutes of faults, then every invariant.
+"""The chaos harness in CI (A6, A8, D6, D8, W8): two minutes of faults, then every invariant.
 
 ``python -m tests.chaos.run --minutes 2`` in a subprocess; its table is printed (``pytest -s``
 shows it; it is also in the failure report). Longer runs: ``CELERY_DURABLE_CHAOS_MINUTES``, or run

@@ -8,10 +8,10 @@ The convention, per fenced block, by its language tag:
   ``memory://``.
 * ``pycon`` -- a doctest (``>>>`` lines), run in the same namespace; ``...`` matches anything.
 * ``console`` -- each ``$ `` line is a command, run with bash in the page's temp dir (``python``
-  and ``celery`` are this interpreter's); the lines below it, if any, are its expected output,
-  compared doctest style. A command whose expected output starts with ``Error:`` must fail,
-  every other must succeed. ``bash``, ``sh``, ``shell`` -- the block is one bash script
-  (``set -e``) that must succeed.
+  and ``celery`` are this interpreter's, virtualenv or not); the lines below it, if any, are its
+  expected output, compared doctest style. A command whose expected output starts with
+  ``Error:`` must fail, every other must succeed. ``bash``, ``sh``, ``shell`` -- the block is
+  one bash script (``set -e``) that must succeed.
 * ``json``, ``toml``, ``ini`` -- parsed. ``yaml`` -- parsed when PyYAML is installed.
 * anything else (``text``, ``sql``, …) and a block without a language -- not allowed unless
   marked skipped.
@@ -155,6 +155,25 @@ def test_relative_links_between_pages_resolve() -> None:
     assert not broken
 
 
+#: A rule ID as cited in code, tests and docs (S1, R7, R8a, D8 …); not inside ``%C3%A9``-like
+#: escapes or longer words (``W47`` is an ISO week).
+RULE_ID = re.compile(r"(?<![%\w-])([SRACDBIOPWV][1-9]a?)\b")
+
+
+def test_every_rule_id_cited_is_explained_in_the_rules_index() -> None:
+    """docs/rules-index.md says what each cited ID promises, so no reader needs the tracker."""
+    index = (DOCS / "rules-index.md").read_text()
+    explained = set(re.findall(r"^\* \*\*([A-Z][1-9]a?)\*\* — ", index, re.M))  # one entry each
+    cited: dict[str, str] = {}
+    for folder, pattern in (("celery_durable", "*.py"), ("tests", "*.py"), ("docs", "*.md")):
+        for path in sorted((REPO_ROOT / folder).rglob(pattern)):
+            for match in RULE_ID.finditer(path.read_text(errors="replace")):
+                cited.setdefault(match.group(1), str(path.relative_to(REPO_ROOT)))
+    missing = {rule: where for rule, where in cited.items() if rule not in explained}
+    assert not missing, f"rule IDs cited but not in docs/rules-index.md: {missing}"
+    assert {"S1", "R7", "A6", "D8", "B2", "W6", "V1"} <= explained
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.filterwarnings("ignore:Task name .* is already registered")  # pages reuse names
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
@@ -273,14 +292,18 @@ def parse(block: Block) -> None:
 
 
 def docs_env(tmp: Path) -> dict[str, str]:
-    """Embedded defaults, plus ``python`` and ``celery`` commands that are this interpreter's."""
+    """Embedded defaults, plus ``python`` and ``celery`` commands that are this interpreter's.
+
+    They are wrapper scripts that exec ``sys.executable`` by its own path, not symlinks to it: a
+    virtualenv's interpreter finds the virtualenv's packages from where it lies (``pyvenv.cfg``
+    next to its folder), so a link to it from elsewhere would run without them."""
     bin_dir = tmp / ".bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
-    (bin_dir / "python3").symlink_to(sys.executable)
-    celery = bin_dir / "celery"
-    celery.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m celery "$@"\n')
-    celery.chmod(0o755)
+    commands = {"python": "", "python3": "", "celery": " -m celery"}
+    for name, arguments in commands.items():
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}"{arguments} "$@"\n')
+        wrapper.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     pythonpath = os.pathsep.join([str(tmp), str(REPO_ROOT)])
     return {
@@ -290,6 +313,19 @@ def docs_env(tmp: Path) -> dict[str, str]:
         "CELERY_BROKER_URL": "memory://",
         "EXAMPLE_DATA_DIR": str(tmp / "example-data"),
     }
+
+
+def test_python_and_celery_in_commands_are_this_interpreter(tmp_path: Path) -> None:
+    """Also inside a virtualenv: the same prefix, so the same installed packages."""
+    env = docs_env(tmp_path)
+    script = 'python -c "import sys; print(sys.prefix)"; celery --version'
+    result = bash(script, tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    prefix, version = result.stdout.splitlines()
+    import celery
+
+    assert prefix == sys.prefix
+    assert version.startswith(celery.__version__)
 
 
 def bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Durable tasks on real ``celery worker`` processes with a Redis broker (issue 4 tests).
+"""Durable tasks on real ``celery worker`` processes with a Redis broker (W1-W8).
 
 The app the workers run is ``tests/support/durable_apps.py``. Steps record every execution in
 a SQLite file the test owns (``calls``), so "ran once" is counted outside the journal.

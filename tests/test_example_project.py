@@ -366,3 +366,39 @@ def test_new_user_runs_the_readme_command_in_a_clean_virtualenv(tmp_path: Path) 
     )
     assert f"  journal  sqlite:///{data / 'journal.db'}\n" in out
     assert not leftovers(data)
+
+
+def test_the_embedded_broker_never_shows_a_half_written_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kombu's filesystem channel creates a message file, then writes it; a worker polling in
+    between read an empty message and stopped with ``JSONDecodeError`` (kombu issue 1551). Here
+    a consumer polls at exactly that moment: while the message is being serialised."""
+    from queue import Empty
+
+    from kombu import Connection
+    from kombu.transport import filesystem
+
+    from example_project.broker import Transport
+
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    polled: list[object] = []
+    with Connection("filesystem://", transport=Transport, transport_options=options) as conn:
+        channel = conn.default_channel
+        serialise = filesystem.dumps
+
+        def serialise_while_a_consumer_polls(payload: object) -> str:
+            try:
+                polled.append(channel._get("jobs"))
+            except Empty:
+                polled.append(None)
+            return serialise(payload)
+
+        monkeypatch.setattr(filesystem, "dumps", serialise_while_a_consumer_polls)
+        channel._put("jobs", {"body": "hello"})
+        monkeypatch.undo()
+        assert polled == [None]
+        assert channel._get("jobs") == {"body": "hello"}
+        assert list(folder.iterdir()) == []

@@ -1,4 +1,4 @@
-"""Hostile input (issue 7 §3): the public API and the CLI under garbage, the stored forms, secrets.
+"""Hostile input (S1, A1, W5): the public API and the CLI under garbage, the stored forms, secrets.
 
 Builds on ``tests/test_api_fuzz.py`` (whose strategies it reuses) with: hostile schedule IDs
 (quotes, ``%``, NUL, RTL marks, 10k characters), the durable-run API (signal, cancel, outcome),

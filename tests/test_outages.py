@@ -1,8 +1,8 @@
-"""Outages (issue 7 §2): the broker or the journal goes away for a while, the disk fills up.
+"""Outages (D3, A6): the broker or the journal goes away for a while, the disk fills up.
 
 The outages are real: a TCP proxy in front of Redis or PostgreSQL is cut (``tests/support/
 tcpproxy.py``), or a process writes a SQLite file it may not write. Their length is
-``CELERY_DURABLE_OUTAGE_SECONDS`` (30 s by default, as the issue asks).
+``CELERY_DURABLE_OUTAGE_SECONDS`` (30 s by default).
 
 The tests at the end reproduce, deterministically, bugs the chaos harness (``tests/chaos/run.py``)
 found (all fixed since).

@@ -1,4 +1,4 @@
-"""Upgrade safety (issue 7 §4; SPEC §9): open a journal written by an earlier version.
+"""Upgrade safety (SPEC §9): open a journal written by an earlier version.
 
 ``tests/data/journal-v1.sqlite`` was written through the public API by
 ``tests/data/make_journal_v1.py`` (see its docstring for what it holds). The test works on a

@@ -1,4 +1,4 @@
-"""Per-step cost of durable steps, against the floor and DBOS Transact (issue 4).
+"""Per-step cost of durable steps, against the floor and DBOS Transact (docs/durable-tasks.md).
 
 For each database (SQLite file in WAL mode with ``synchronous=FULL`` and ``NORMAL``, and a fresh
 PostgreSQL schema) and each repetition, in one process:

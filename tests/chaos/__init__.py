@@ -1,1 +1,1 @@
-"""The chaos harness (issue 7): ``python -m tests.chaos.run --minutes N``."""
+"""The chaos harness (docs/guarantees.md): ``python -m tests.chaos.run --minutes N``."""

@@ -1,4 +1,4 @@
-"""The chaos harness (issue 7): real processes, real kills, then the invariants.
+"""The chaos harness (A6, A8, D6, D8, W8): real processes, real kills, then the invariants.
 
     python -m tests.chaos.run --minutes 2            # the CI length
     python -m tests.chaos.run --minutes 15 --seed 7  # the published run (docs/guarantees.md)
