@@ -51,10 +51,17 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 from sqlalchemy.sql import ColumnElement, Insert, Select
 
-from celery_durable.errors import AppendConflict, JournalError
+from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.journal import schema
 from celery_durable.journal.base import Append, Journal, NewEvent, StoredEvent
 from celery_durable.journal.encoding import (
@@ -96,6 +103,11 @@ _TX_KEY = "celery_durable_tx"
 _VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
 
 _events = schema.events
+
+
+def _one_line(error: BaseException | None) -> str:
+    """A driver's error message on one line (libpq adds a tab-indented hint line)."""
+    return " ".join(str(error).split())
 
 
 def advisory_key(name: str) -> int:
@@ -289,8 +301,15 @@ class SqlJournal:
                         f"cannot create the journal tables at {self.url}: {exc.orig}"
                     ) from exc
                 log.info("journal tables created concurrently at %s; checking again", self.url)
+            except (OperationalError, InterfaceError) as exc:
+                # Connection refused, server down, database locked: it may come back.
+                raise JournalUnavailable(
+                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                ) from exc
             except DBAPIError as exc:
-                raise JournalError(f"cannot open the journal at {self.url}: {exc.orig}") from exc
+                raise JournalError(
+                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                ) from exc
 
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
