@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from celery_durable import ends
-from celery_durable.config import DurableConfig
+from celery_durable.config import DurableConfig, install_report_filter
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
 from celery_durable.ids import check_text
 from celery_durable.index import ScheduleIndex
@@ -57,6 +57,7 @@ class Durable:
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
+        install_report_filter()
 
     @classmethod
     def for_app(cls, app: Celery) -> Durable:
