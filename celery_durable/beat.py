@@ -15,10 +15,11 @@ from typing import Any
 from celery import Celery
 from celery.beat import Scheduler
 from celery.schedules import crontab, schedule, solar
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from celery_durable.config import DurableConfig
 from celery_durable.durable import Durable
-from celery_durable.errors import DurableError, InvalidSchedule
+from celery_durable.errors import DurableError, InvalidSchedule, JournalUnavailable
 from celery_durable.journal.urls import redact
 from celery_durable.policies import CatchUp
 from celery_durable.rules import Cron, Every, Rule
@@ -116,8 +117,20 @@ class DurableScheduler(Scheduler):
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
-        """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher."""
+        """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher.
+
+        A journal that cannot be reached at start-up is not fatal: beat logs it once and
+        :meth:`tick` tries again until it is back (as for an outage while running).
+        """
         self._durable = Durable.for_app(self.app)
+        self.data: dict[str, Any] = {}
+        try:
+            self._setup()
+        except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+            self._journal_down(exc, " at start-up")
+
+    def _setup(self) -> None:
+        assert self._durable is not None
         entries: dict[str, Any] = {}
         self.install_default_entries(entries)
         entries.update(self.app.conf.beat_schedule or {})
@@ -134,7 +147,6 @@ class DurableScheduler(Scheduler):
         if imported:
             log.info("durable scheduler: %d beat_schedule entries imported", len(imported))
         self._dispatcher = self._durable.dispatcher()
-        self.data: dict[str, Any] = {}
 
     @property
     def schedule(self) -> dict[str, Any]:
@@ -142,29 +154,41 @@ class DurableScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One dispatcher tick; a journal outage is logged once and retried (beat keeps running)."""
-        import time
-
         if self._dispatcher is None:
-            self.setup_schedule()
+            if self._durable is None:
+                self._durable = Durable.for_app(self.app)
+            try:
+                self._setup()
+            except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+                return self._journal_down(exc, " at start-up")
         try:
             wait = float(self._dispatcher.tick())
+        except JournalUnavailable as exc:
+            return self._journal_down(exc)
         except DurableError:
             raise
         except Exception as exc:
-            now = time.monotonic()
-            if self._failing_since is None:
-                self._failing_since = now
-                log.error(
-                    "durable scheduler: journal unavailable (%s: %s); retrying",
-                    type(exc).__name__,
-                    exc,
-                )
-            self._dispatcher._loaded = False
-            return min(self._durable.config.check_interval if self._durable else 5.0, 5.0)
+            return self._journal_down(exc)
         if self._failing_since is not None:
             log.warning("durable scheduler: journal reachable again")
             self._failing_since = None
         return wait
+
+    def _journal_down(self, exc: BaseException, when: str = "") -> float:
+        """Log the outage once (its first failure) and return how long to wait before retrying."""
+        import time
+
+        retry = min(self._durable.config.check_interval if self._durable else 5.0, 5.0)
+        retry = min(retry, float(self.max_interval or retry))
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.error(
+                "durable scheduler: journal unavailable%s (%s: %s); retrying every %g s",
+                when, type(exc).__name__, exc, retry,
+            )  # fmt: skip
+        if self._dispatcher is not None:
+            self._dispatcher._loaded = False
+        return retry
 
     def sync(self) -> None:
         """Nothing to flush: every decision is stored when it is made."""
