@@ -105,6 +105,25 @@ _VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
 _events = schema.events
 
 
+_DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg_binary": "postgres", "psycopg_c": "postgres"}
+
+
+def _create_engine(url: Any, options: dict[str, Any], shown: str) -> Engine:
+    """``create_engine``, with a missing database driver named with the extra that installs it."""
+    try:
+        return create_engine(url, **options)
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        extra = _DRIVER_EXTRAS.get(module)
+        if extra is None:
+            raise
+        raise JournalError(
+            f"the journal {shown} needs the {module} driver, which is not installed: "
+            f"pip install 'celery-durable[{extra}]'",
+            missing_module=module,
+        ) from exc
+
+
 def _one_line(error: BaseException | None) -> str:
     """A driver's error message on one line (libpq adds a tab-indented hint line)."""
     return " ".join(str(error).split())
@@ -239,7 +258,7 @@ class SqlJournal:
         # transaction opened on it is a real one. The hot path avoids the recipe only because a
         # connection-event listener makes every statement of its engine dispatch events, which
         # costs ~20 µs per append (docs/journal.md, "Cost").
-        self._core: Engine = create_engine(engine_url, **options)
+        self._core: Engine = _create_engine(engine_url, options, self.url)
         self.engine: Engine = self._core
         if self._sqlite:
             event.listen(self._core, "connect", self._on_sqlite_connect)
