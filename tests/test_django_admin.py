@@ -154,7 +154,7 @@ def test_pause_resume_trigger_and_delete_actions_from_the_list(
     page = text(act("resume", "b", "c"))
     assert "Resumed 1 schedule: b" in page
     messages = re.findall(r'<ul class="messagelist">(.*?)</ul>', page)
-    assert "Could not resume c: A3: schedule &#x27;c&#x27; is not paused" in page, messages
+    assert "Could not resume c: schedule &#x27;c&#x27; is not paused" in page, messages
     assert not durable.schedules.state("b").paused
 
     page = text(act("trigger", "c"))

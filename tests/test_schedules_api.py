@@ -154,8 +154,8 @@ def test_a7_unknown_task_is_refused_before_storing(durable: Durable) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"id": "a~b"}, "S1"),
-        ({"id": ""}, "S1"),
+        ({"id": "a~b"}, "schedule ID must not contain '~'"),
+        ({"id": ""}, "schedule ID must not be blank"),
         ({"rule": None}, "rule is missing"),
         ({"rule": "daily"}, "rule must be"),
         ({"catch_up": None}, "catch_up is missing"),

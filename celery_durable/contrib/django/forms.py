@@ -359,7 +359,7 @@ class ScheduleForm(forms.Form):
             return "options"
         if message.startswith("input"):
             return "input"
-        if message.startswith("S1"):
+        if getattr(exc, "rule", None) == "S1":
             return "id" if self.creating else None
         if message.startswith("task"):
             return "task"
