@@ -8,10 +8,11 @@ again (A8): the journal's unique ``(stream, version)`` makes the loser see the w
 from __future__ import annotations
 
 import builtins
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from celery_durable.durable import Durable
 
 _RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
+_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 _STR_OPTIONS = ("queue", "routing_key", "exchange")
 _NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
@@ -94,6 +96,47 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             raise InvalidSchedule("option 'priority' must be an int from 0 to 255", field=key)
         checked[key] = check_json_value(value, f"option {key!r}", max_bytes=max_bytes)
     return checked
+
+
+def check_call(durable: Durable, schedule_id: str, content: Content) -> None:
+    """Refuse a schedule whose runs could never call their task (``InvalidSchedule``).
+
+    The arguments its messages will carry (built as the dispatcher builds them: a durable task
+    gets the ``ScheduledRun``; a plain task ``args``/``kwargs`` options, else the input as its
+    one argument) must fit the task's signature, checked the way Celery's ``apply_async``
+    checks it (``task.__header__``). A task known only by name, or with ``typing=False``, is
+    not checked.
+    """
+    task = durable.app.tasks.get(content.task)
+    if task is None or getattr(task, "typing", True) is False:
+        return
+    from celery_durable.dispatcher import Dispatcher
+    from celery_durable.schedule import PendingRun
+
+    is_durable = durable.is_durable(content.task)
+    pending = PendingRun(
+        due=_EPOCH, run_id="", task=content.task, input=content.input, options=content.options
+    )
+    message = Dispatcher.message(schedule_id, pending, durable=is_durable)
+    header = getattr(task, "__header__", None)
+    try:
+        if header is not None:
+            header(*message.args, **message.kwargs)
+        else:
+            inspect.signature(task.run).bind(*message.args, **message.kwargs)
+    except TypeError as exc:
+        field = "input"
+        if is_durable:
+            given = "one argument, the ScheduledRun (schedule, due, input)"
+        elif "args" in content.options or "kwargs" in content.options:
+            given, field = "the schedule's args and kwargs options", "options"
+        elif content.input is None:
+            given = "no argument (the schedule has no input)"
+        else:
+            given = "one argument, the schedule's input"
+        raise InvalidSchedule(
+            f"task {content.task!r} cannot be called with {given}: {exc}", field=field
+        ) from None
 
 
 class Schedules:
@@ -250,7 +293,7 @@ class Schedules:
         check_json_value(input, "input", max_bytes=max_bytes)
         checked_options = check_options(options, max_bytes)
         durable.require_task(task_name)
-        return Content(
+        content = Content(
             task=task_name,
             input=input,
             rule=rule,
@@ -258,6 +301,8 @@ class Schedules:
             overlap=overlap,
             options=checked_options,
         )
+        check_call(durable, id, content)
+        return content
 
     def _execute(
         self, id: str, make: Callable[[Any], Command | Sequence[Command]]

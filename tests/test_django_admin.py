@@ -244,6 +244,7 @@ def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
         ({"kind": "cron", "cron": "0 0 31 2 *"}, "cron", "Cron"),
         ({"kind": "cron", "cron": "61 * * * *"}, "cron", "minute"),
         ({"task": "shop.nope"}, "task", "not registered"),
+        ({"task": "shop.report", "input": ""}, "input", "argument: 'customer'"),
         ({"at": "25:00"}, "at", "not a time of day"),
         ({"kind": "every", "every": "0s"}, "every", "between 1 second and 366 days"),
         ({"kind": "weekly"}, "days", "needs this field"),

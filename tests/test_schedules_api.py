@@ -32,7 +32,7 @@ def app() -> Celery:
     app = Celery("api_tests", broker="memory://", set_as_current=False)
 
     @app.task(name="backup", shared=False)
-    def backup(folder: str) -> str:  # pragma: no cover - never run here
+    def backup(folder: str = "/srv") -> str:  # pragma: no cover - never run here
         return folder
 
     return app

@@ -350,7 +350,7 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
-        if where in ("catch_up", "overlap", "task"):
+        if where in ("catch_up", "overlap", "task", "input", "options"):
             return where
         message = str(exc)
         if where in self.cleaned_data.get("options", {}) or message.startswith(
