@@ -82,7 +82,12 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
         raise InvalidSchedule(f"{what} must be a datetime, not {type(moment).__name__}")
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidSchedule(f"{what} must be an aware datetime (it has no time zone)")
-    return moment.astimezone(timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:
+        from celery_durable.limits import RANGE_TEXT
+
+        raise InvalidSchedule(f"{what} {moment.isoformat()} is outside {RANGE_TEXT}") from None
 
 
 @cached_for_datetimes

@@ -34,6 +34,7 @@ from celery_durable.events import (
 from celery_durable.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.ids import run_id as make_run_id
 from celery_durable.index import UnreadableEntry, fold_stored
+from celery_durable.limits import check_instant, check_rule_instants
 from celery_durable.policies import CatchUp, Overlap
 from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
 from celery_durable.schedule import (
@@ -223,8 +224,8 @@ class Schedules:
         ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
         """
         sid = check_schedule_id(id)
-        first = to_utc(start, "backfill start")
-        last = to_utc(end, "backfill end")
+        first = check_instant(to_utc(start, "backfill start"), "backfill start")
+        last = check_instant(to_utc(end, "backfill end"), "backfill end")
         if last < first:
             raise InvalidSchedule("backfill end is before its start")
         store = self._durable._store
@@ -288,6 +289,7 @@ class Schedules:
             raise InvalidSchedule(
                 f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}"
             )
+        check_rule_instants(rule)
         policy = CatchUp.parse(catch_up)
         max_bytes = durable.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
