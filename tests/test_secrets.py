@@ -44,6 +44,10 @@ def test_app_conf_humanize_masks_durable_url() -> None:
     text = app.conf.humanize()
     assert SECRET not in text
     assert "postgresql://postgres:***@127.0.0.1:1/db" in text
+    # What a worker answers to `celery inspect conf`.
+    table = app.conf.table()
+    assert table["durable_url"].startswith("postgresql://postgres:***@127.0.0.1:1/db")
+    assert SECRET not in str(table)
 
 
 def test_celery_report_shows_durable_url_masked(tmp_path: Path) -> None:
