@@ -25,6 +25,7 @@ from celery.exceptions import Retry as CeleryRetry
 from sqlalchemy.exc import SQLAlchemyError
 
 from celery_durable.codec import check_json_value, time_from_json, time_to_json
+from celery_durable.config import ConfigError
 from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row, journal_errors
 from celery_durable.errors import (
     AppendConflict,
@@ -332,7 +333,8 @@ def _deliver_once(
 ) -> Any:
     try:
         run = _claimed(task, run_id, args, kwargs, eager, owner)
-    except (JournalError, SQLAlchemyError) as exc:
+    except (JournalError, SQLAlchemyError, ConfigError) as exc:
+        # ConfigError: a durable_* setting the journal cannot be opened with.
         raise _NotClaimed(exc) from exc
     if run is None:
         return None
