@@ -24,9 +24,9 @@ from celery.contrib.testing.worker import start_worker
 from celery.signals import task_failure, task_prerun
 
 from celery_durable import Durable, Finished
-from celery_durable.ids import run_stream
-from celery_durable.journal import SqlJournal, schema
-from celery_durable.replay import RUN_STARTED
+from celery_durable.core.ids import run_stream
+from celery_durable.core.run_aggregate import RUN_STARTED
+from celery_durable.store.journal import SqlJournal, schema
 from tests.support.processes import wait_for
 from tests.support.tcpproxy import TcpProxy
 

@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
-from celery_durable.codec import MAX_NESTING
+from celery_durable.core.codec import MAX_NESTING
 from celery_durable.errors import InvalidSchedule
 
 UTC = timezone.utc

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable import cron
+from celery_durable.core import cron
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [
@@ -148,7 +148,7 @@ def _check_instant(where: str, value: object) -> datetime:
         offset = value.utcoffset()
         utc = value.astimezone(UTC) if offset is not None else None
     except OverflowError:
-        from celery_durable.limits import RANGE_TEXT
+        from celery_durable.core.limits import RANGE_TEXT
 
         raise _invalid(where, f"{value.isoformat()} is outside {RANGE_TEXT}") from None
     except (ArithmeticError, ValueError, TypeError) as exc:

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timezone
 from urllib.parse import quote
 
-from celery_durable.codec import cached_for_datetimes
+from celery_durable.core.codec import cached_for_datetimes
 from celery_durable.errors import InvalidSchedule
 
 MAX_ID_LENGTH = 200
@@ -85,7 +85,7 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
     try:
         return moment.astimezone(timezone.utc)
     except OverflowError:
-        from celery_durable.limits import RANGE_TEXT
+        from celery_durable.core.limits import RANGE_TEXT
 
         raise InvalidSchedule(f"{what} {moment.isoformat()} is outside {RANGE_TEXT}") from None
 
