@@ -46,7 +46,7 @@ class DurableConfig:
     def __repr__(self) -> str:
         from dataclasses import fields
 
-        from celery_durable.journal.urls import redact
+        from celery_durable.store.journal.urls import redact
 
         shown = [
             f"{f.name}={redact(self.url) if f.name == 'url' else getattr(self, f.name)!r}"
@@ -82,7 +82,7 @@ class DurableConfig:
 
 def _masked_setting(key: Any, value: Any) -> Any:
     if isinstance(key, str) and key.lower().endswith("durable_url") and isinstance(value, str):
-        from celery_durable.journal.urls import redact
+        from celery_durable.store.journal.urls import redact
 
         return redact(value)
     return value

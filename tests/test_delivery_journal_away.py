@@ -108,15 +108,15 @@ def _lost_or_kept(
     task_prerun.connect(on_prerun, weak=False)
     task_failure.connect(on_failure, weak=False)
     try:
-        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
             job.apply_async(("x",), task_id=rid)
             # Delivered, then (1 s later) delivered again -- or failed and acknowledged.
-            wait_for(lambda: len(deliveries) >= 2 or failures, timeout=30)
+            wait_for(lambda: len(deliveries) >= 2 or failures, timeout=60)
         # The worker has gone; the journal is still unusable: the message waits on the broker.
         assert rid in on_broker(), f"message lost; the delivery failed with {failures!r}"
         assert failures == []
         repair()
-        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
             assert durable.outcome(rid, timeout=60) == Finished("did x")
         stream = durable.journal.read_stream(run_stream(rid))
         assert [e.type for e in stream].count(RUN_STARTED) == 1
