@@ -327,6 +327,7 @@ def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
     @durable.app.task(name="invoice", shared=False)
     def invoice(customer: str) -> str:  # pragma: no cover - never enqueued
         return customer
+
     d = durable.dispatcher()
     with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
         clock.advance(seconds=10)

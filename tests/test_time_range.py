@@ -18,16 +18,12 @@ import pytest
 from celery import Celery
 
 from celery_durable import Daily, Durable, Every, InvalidSchedule, Once
+from tests import test_django_admin as admin
 from tests.test_cli import cli, fails, ok
-from tests.test_django_admin import (  # noqa: F401 - fixtures
-    LIST,
-    client,
-    clock,
-    django_site,
-    durable,
-    form_data,
-    text,
-)
+from tests.test_django_admin import LIST, form_data, text
+
+# The admin tests' fixtures: a Celery app and journal of its own per test, a logged-in client.
+django_site, clock, durable, client = admin.django_site, admin.clock, admin.durable, admin.client
 
 UTC = timezone.utc
 FAR = datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
@@ -116,8 +112,8 @@ def test_cli_lists_and_shows_a_stored_far_future_once(
 
 
 def test_admin_list_and_change_pages_show_a_stored_far_future_once(
-    client: Any,  # noqa: F811
-    durable: Durable,  # noqa: F811
+    client: Any,
+    durable: Durable,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from django.test import override_settings
@@ -180,8 +176,8 @@ def test_api_refuses_huge_values_in_one_line(api: Durable) -> None:
     ],
 )
 def test_admin_add_form_refuses_huge_values_on_their_field(
-    client: Any,  # noqa: F811
-    durable: Durable,  # noqa: F811
+    client: Any,
+    durable: Durable,
     changes: dict[str, str],
     field: str,
     words: str,
