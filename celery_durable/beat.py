@@ -15,12 +15,13 @@ from typing import Any, Protocol
 from celery import Celery
 from celery.beat import Scheduler
 from celery.schedules import crontab, schedule, solar
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from celery_durable.config import DurableConfig
 from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import Cron, Every, Rule
 from celery_durable.dispatch.dispatcher import Dispatcher
-from celery_durable.errors import DurableError, InvalidSchedule
+from celery_durable.errors import DurableError, InvalidSchedule, JournalUnavailable
 from celery_durable.message import SCHEDULE_OPTIONS
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
@@ -137,8 +138,22 @@ class DurableScheduler(Scheduler):
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
-        """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher."""
-        self._runtime = runtime = Runtime.for_app(self.app)
+        """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher.
+
+        A journal that cannot be reached at start-up is not fatal: beat logs it once and
+        :meth:`tick` tries again until it is back (as for an outage while running).
+        """
+        self._runtime = Runtime.for_app(self.app)
+        self.data: dict[str, Any] = {}
+        try:
+            self._setup()
+        except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+            self._journal_down(exc, " at start-up")
+
+    def _setup(self) -> None:
+        if self._runtime is None:
+            self._runtime = Runtime.for_app(self.app)
+        runtime = self._runtime
         entries: dict[str, Any] = {}
         self.install_default_entries(entries)
         entries.update(self.app.conf.beat_schedule or {})
@@ -155,7 +170,6 @@ class DurableScheduler(Scheduler):
         if imported:
             log.info("durable scheduler: %d beat_schedule entries imported", len(imported))
         self._dispatcher = Dispatcher(runtime)
-        self.data: dict[str, Any] = {}
 
     @property
     def schedule(self) -> dict[str, Any]:
@@ -163,32 +177,42 @@ class DurableScheduler(Scheduler):
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One dispatcher tick; a journal outage is logged once and retried (beat keeps running)."""
-        import time
-
         if self._dispatcher is None:
-            self.setup_schedule()
+            try:
+                self._setup()
+            except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+                return self._journal_down(exc, " at start-up")
         dispatcher = self._dispatcher
-        if dispatcher is None:  # setup_schedule sets it or raises
+        if dispatcher is None:  # _setup sets it or raises
             raise DurableError("the durable scheduler is not set up")
         try:
             wait = float(dispatcher.tick())
+        except JournalUnavailable as exc:
+            return self._journal_down(exc)
         except DurableError:
             raise
         except Exception as exc:
-            now = time.monotonic()
-            if self._failing_since is None:
-                self._failing_since = now
-                log.error(
-                    "durable scheduler: journal unavailable (%s: %s); retrying",
-                    type(exc).__name__,
-                    exc,
-                )
-            dispatcher.invalidate()
-            return min(self._runtime.config.check_interval if self._runtime else 5.0, 5.0)
+            return self._journal_down(exc)
         if self._failing_since is not None:
             log.warning("durable scheduler: journal reachable again")
             self._failing_since = None
         return wait
+
+    def _journal_down(self, exc: BaseException, when: str = "") -> float:
+        """Log the outage once (its first failure) and return how long to wait before retrying."""
+        import time
+
+        retry = min(self._runtime.config.check_interval if self._runtime else 5.0, 5.0)
+        retry = min(retry, float(self.max_interval or retry))
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.error(
+                "durable scheduler: journal unavailable%s (%s: %s); retrying every %g s",
+                when, type(exc).__name__, exc, retry,
+            )  # fmt: skip
+        if self._dispatcher is not None:
+            self._dispatcher.invalidate()
+        return retry
 
     def sync(self) -> None:
         """Nothing to flush: every decision is stored when it is made."""

@@ -18,9 +18,13 @@ class ConfigError(DurableError, ValueError):
     """A ``durable_*`` setting has a value the library cannot use."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class DurableConfig:
-    """The settings of one :class:`~celery_durable.Durable`, with their defaults."""
+    """The settings of one :class:`~celery_durable.Durable`, with their defaults.
+
+    Its ``repr``/``str`` shows the journal URL with the password masked, like every other
+    place the library prints the URL.
+    """
 
     url: str = DEFAULT_URL
     check_interval: float = 60.0
@@ -38,6 +42,17 @@ class DurableConfig:
     longer ones are sent again by the dispatcher at their wake time (W4)."""
     leader_lease: float = 10.0
     """``durable_leader_lease``: seconds before a standby takes over a silent dispatcher (D6)."""
+
+    def __repr__(self) -> str:
+        from dataclasses import fields
+
+        from celery_durable.store.journal.urls import redact
+
+        shown = [
+            f"{f.name}={redact(self.url) if f.name == 'url' else getattr(self, f.name)!r}"
+            for f in fields(self)
+        ]
+        return f"DurableConfig({', '.join(shown)})"
 
     @classmethod
     def from_app(cls, conf: Any, url: str | None = None) -> DurableConfig:
@@ -63,6 +78,38 @@ class DurableConfig:
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
         )
+
+
+def _masked_setting(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and key.lower().endswith("durable_url") and isinstance(value, str):
+        from celery_durable.store.journal.urls import redact
+
+        return redact(value)
+    return value
+
+
+def install_report_filter() -> None:
+    """Make Celery's settings dumps mask the journal password (idempotent).
+
+    ``celery report`` and ``app.conf.humanize()``/``table(censored=True)`` pass the settings
+    through ``celery.app.utils.filter_hidden_settings``, which masks only keys whose *names* look
+    secret (``HIDDEN_SETTINGS``: ``PASS``, ``KEY``, ``DATABASE`` …) and the broker/backend
+    URLs. ``durable_url`` matches none, so it is wrapped here: a ``*durable_url`` setting is
+    shown as the journal URL with its password masked (host and database stay visible, as
+    Celery shows ``broker_url``).
+    """
+    from celery.app import utils
+
+    original = utils.filter_hidden_settings
+    if getattr(original, "celery_durable", False):
+        return
+
+    def filter_hidden_settings(conf: Any) -> Any:
+        return {key: _masked_setting(key, value) for key, value in original(conf).items()}
+
+    filter_hidden_settings.celery_durable = True  # type: ignore[attr-defined]
+    filter_hidden_settings.__doc__ = original.__doc__
+    utils.filter_hidden_settings = filter_hidden_settings
 
 
 def _positive(conf: Any, key: str, default: float) -> float:

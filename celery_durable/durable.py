@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from celery import Celery
 
 from celery_durable import control
-from celery_durable.config import DurableConfig
+from celery_durable.config import DurableConfig, install_report_filter
 from celery_durable.runtime import Clock, Runtime
 from celery_durable.schedules import Schedules, ScheduleStore
 from celery_durable.store.index import ScheduleIndex
@@ -54,6 +54,7 @@ class Durable:
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
+        install_report_filter()
 
     @classmethod
     def for_app(cls, app: Celery) -> Durable:

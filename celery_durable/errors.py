@@ -10,7 +10,13 @@ from typing import Any
 
 
 class DurableError(Exception):
-    """Root of every error this library raises on purpose."""
+    """Root of every error this library raises on purpose.
+
+    The message says what is wrong in words; ``rule`` names the SPEC rule broken (``"A7"``,
+    ``"S1"`` …) when there is one, for logs and programs, never as a prefix of the message.
+    """
+
+    rule: str | None = None
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)

@@ -107,7 +107,9 @@ class Runtime:
         task = self.app.tasks.get(name)
         if task is None:
             raise UnknownTask(
-                f"A7: task {name!r} is not registered in app {self.app.main!r}", task=name
+                f"task {name!r} is not registered in app {self.app.main!r}",
+                task=name,
+                rule="A7",
             )
         return task
 

@@ -8,10 +8,11 @@ again (A8): the journal's unique ``(stream, version)`` makes the loser see the w
 from __future__ import annotations
 
 import builtins
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from celery_durable.core.catchup import due_times
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
+from celery_durable.core.limits import check_instant, check_rule_instants
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekly
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
 _RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
+_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 log = logging.getLogger("celery_durable.schedules")
 
@@ -87,6 +90,47 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             raise InvalidSchedule("option 'priority' must be an int from 0 to 255", field=key)
         checked[key] = check_json_value(value, f"option {key!r}", max_bytes=max_bytes)
     return checked
+
+
+def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
+    """Refuse a schedule whose runs could never call their task (``InvalidSchedule``).
+
+    The arguments its messages will carry (built as the dispatcher builds them,
+    :func:`celery_durable.message.run_message`: a durable task gets the ``ScheduledRun``; a
+    plain task ``args``/``kwargs`` options, else the input as its one argument) must fit the
+    task's signature, checked the way Celery's ``apply_async`` checks it
+    (``task.__header__``). A task known only by name, or with ``typing=False``, is not checked.
+    """
+    task = runtime.app.tasks.get(content.task)
+    if task is None or getattr(task, "typing", True) is False:
+        return
+    from celery_durable.core.schedule_aggregate import PendingRun
+    from celery_durable.message import run_message
+
+    is_durable = runtime.is_durable(content.task)
+    pending = PendingRun(
+        due=_EPOCH, run_id="", task=content.task, input=content.input, options=content.options
+    )
+    message = run_message(schedule_id, pending, durable=is_durable)
+    header = getattr(task, "__header__", None)
+    try:
+        if header is not None:
+            header(*message.args, **message.kwargs)
+        else:
+            inspect.signature(task.run).bind(*message.args, **message.kwargs)
+    except TypeError as exc:
+        field = "input"
+        if is_durable:
+            given = "one argument, the ScheduledRun (schedule, due, input)"
+        elif "args" in content.options or "kwargs" in content.options:
+            given, field = "the schedule's args and kwargs options", "options"
+        elif content.input is None:
+            given = "no argument (the schedule has no input)"
+        else:
+            given = "one argument, the schedule's input"
+        raise InvalidSchedule(
+            f"task {content.task!r} cannot be called with {given}: {exc}", field=field
+        ) from None
 
 
 class Schedules:
@@ -174,8 +218,8 @@ class Schedules:
         ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
         """
         sid = check_schedule_id(id)
-        first = to_utc(start, "backfill start")
-        last = to_utc(end, "backfill end")
+        first = check_instant(to_utc(start, "backfill start"), "backfill start")
+        last = check_instant(to_utc(end, "backfill end"), "backfill end")
         if last < first:
             raise InvalidSchedule("backfill end is before its start")
         store = self.store
@@ -242,12 +286,13 @@ class Schedules:
             raise InvalidSchedule(
                 f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}"
             )
+        check_rule_instants(rule)
         policy = CatchUp.parse(catch_up)
         max_bytes = runtime.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
         checked_options = check_options(options, max_bytes)
         runtime.require_task(task_name)
-        return Content(
+        content = Content(
             task=task_name,
             input=input,
             rule=rule,
@@ -255,6 +300,8 @@ class Schedules:
             overlap=overlap,
             options=checked_options,
         )
+        check_call(runtime, id, content)
+        return content
 
     # Internals ----------------------------------------------------------------------------
 

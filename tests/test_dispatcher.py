@@ -319,8 +319,15 @@ def test_d4_unregistered_task_logs_at_each_due_time_and_catches_up(
 def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
     durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # invoice(customer, amount=0): three positional arguments can never fit.
-    durable.schedules.create("bad", "invoice", None, Every(timedelta(seconds=10)), args=[1, 2, 3])
+    # invoice(customer, amount=0) takes the stored args; then a deploy changes its signature:
+    # the stored arguments can never fit the task that runs now.
+    durable.schedules.create("bad", "invoice", None, Every(timedelta(seconds=10)), args=[1, 2])
+    del durable.app.tasks["invoice"]
+
+    @durable.app.task(name="invoice", shared=False)
+    def invoice(customer: str) -> str:  # pragma: no cover - never enqueued
+        return customer
+
     d = durable.dispatcher()
     with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
         clock.advance(seconds=10)

@@ -154,7 +154,7 @@ def test_pause_resume_trigger_and_delete_actions_from_the_list(
     page = text(act("resume", "b", "c"))
     assert "Resumed 1 schedule: b" in page
     messages = re.findall(r'<ul class="messagelist">(.*?)</ul>', page)
-    assert "Could not resume c: A3: schedule &#x27;c&#x27; is not paused" in page, messages
+    assert "Could not resume c: schedule &#x27;c&#x27; is not paused" in page, messages
     assert not durable.schedules.state("b").paused
 
     page = text(act("trigger", "c"))
@@ -244,6 +244,7 @@ def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
         ({"kind": "cron", "cron": "0 0 31 2 *"}, "cron", "Cron"),
         ({"kind": "cron", "cron": "61 * * * *"}, "cron", "minute"),
         ({"task": "shop.nope"}, "task", "not registered"),
+        ({"task": "shop.report", "input": ""}, "input", "argument: 'customer'"),
         ({"at": "25:00"}, "at", "not a time of day"),
         ({"kind": "every", "every": "0s"}, "every", "between 1 second and 366 days"),
         ({"kind": "weekly"}, "days", "needs this field"),

@@ -69,7 +69,7 @@ def client(broker: str, journal: str) -> Durable:
         return None
 
     @app.task(name="outage.job", shared=False)
-    def job(run: Any) -> None:  # pragma: no cover - runs in the worker only
+    def job(*args: Any) -> None:  # pragma: no cover - a durable task in the worker only
         return None
 
     return Durable(app, journal)

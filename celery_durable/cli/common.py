@@ -18,6 +18,8 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from celery_durable.core import limits
+
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
     from celery_durable.durable import Durable
@@ -272,14 +274,18 @@ def local_text(moment: datetime | None, zone: str | None) -> str:
     """A time for tables in ``zone``: ``2026-11-16 02:00:00+01:00 Europe/Oslo``."""
     if moment is None or zone is None:
         return "-"
-    local = moment.astimezone(zone_info(zone)).replace(microsecond=0)
-    return f"{local.isoformat(sep=' ')} {zone}"
+    local = limits.to_zone(moment, zone_info(zone))
+    if local is None:
+        return f"(beyond the dates of {zone})"
+    return f"{local.replace(microsecond=0).isoformat(sep=' ')} {zone}"
 
 
 def local_json(moment: datetime | None, zone: str | None) -> str | None:
+    """The local time as ISO text; ``None`` also when it is beyond ``datetime``'s range."""
     if moment is None or zone is None:
         return None
-    return moment.astimezone(zone_info(zone)).isoformat()
+    local = limits.to_zone(moment, zone_info(zone))
+    return None if local is None else local.isoformat()
 
 
 def zone_info(name: str) -> tzinfo:

@@ -7,32 +7,23 @@
 
 from __future__ import annotations
 
-import json
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.cli.common import invalid, zone_info
+from celery_durable.core import limits
 
 RULE_OPTIONS = ("daily", "weekly", "every", "cron", "once")
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def duration(text: str, what: str = "--every") -> timedelta:
     """``30s``, ``5m``, ``1h30m``, ``2d``, ``1.5h``; a bare number is seconds."""
-    value = text.strip().lower()
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return timedelta(seconds=float(value))
-    parts = _PART.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
-        raise invalid(f"{what}: {text!r} is not a duration (e.g. 30s, 5m, 1h30m, 2d)")
-    units = [u for _, u in parts]
-    if len(set(units)) != len(units):
-        raise invalid(f"{what}: {text!r} repeats a unit")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    try:
+        return limits.parse_duration(text)
+    except ValueError as exc:
+        raise invalid(f"{what}: {exc}") from None
 
 
 def instant(text: str, what: str, zone: str | None) -> datetime:
@@ -76,9 +67,9 @@ def weekly(text: str) -> tuple[list[str], str]:
 
 def json_value(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid(f"{what} is not valid JSON: {exc}") from None
+        return limits.parse_json(text, what)
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
 
 
 def chosen_rule(values: dict[str, Any]) -> str | None:

@@ -93,7 +93,11 @@ def check_json_value(
         raise error(f"{what} is nested deeper than {MAX_NESTING} levels")
     try:
         text = dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except ValueError as exc:
+        if "digits" in str(exc):  # Python refuses to print an int of more than 4300 digits
+            raise error(f"{what} holds an integer longer than 4300 digits") from None
+        raise error(f"{what} must survive a JSON round trip: {exc}") from None
+    except (TypeError, RecursionError) as exc:
         raise error(f"{what} must survive a JSON round trip: {exc}") from None
     try:
         size = len(text.encode("utf-8"))

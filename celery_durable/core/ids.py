@@ -28,20 +28,26 @@ def escape(text: str) -> str:
     return quote(text, safe="")
 
 
-def check_text(value: object, what: str, *, max_length: int = 255) -> str:
-    """Return ``value`` when it is a storable, non-blank ``str``; raise ``InvalidSchedule``."""
+def check_text(value: object, what: str, *, max_length: int = 255, rule: str | None = None) -> str:
+    """Return ``value`` when it is a storable, non-blank ``str``; raise ``InvalidSchedule``
+    (with ``rule``, the SPEC rule broken, as its attribute when given)."""
+    fields = {"rule": rule} if rule else {}
     if not isinstance(value, str):
-        raise InvalidSchedule(f"{what} must be a str, not {type(value).__name__}")
+        raise InvalidSchedule(f"{what} must be a str, not {type(value).__name__}", **fields)
     if not value.strip():
-        raise InvalidSchedule(f"{what} must not be blank")
+        raise InvalidSchedule(f"{what} must not be blank", **fields)
     if len(value) > max_length:
-        raise InvalidSchedule(f"{what} has {len(value)} characters; at most {max_length} allowed")
+        raise InvalidSchedule(
+            f"{what} has {len(value)} characters; at most {max_length} allowed", **fields
+        )
     if "\x00" in value:
-        raise InvalidSchedule(f"{what} contains a NUL character, which databases cannot store")
+        raise InvalidSchedule(
+            f"{what} contains a NUL character, which databases cannot store", **fields
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidSchedule(f"{what} is not valid Unicode (lone surrogate)") from None
+        raise InvalidSchedule(f"{what} is not valid Unicode (lone surrogate)", **fields) from None
     return value
 
 
@@ -53,17 +59,17 @@ def check_schedule_id(schedule_id: object, task_name: str | None = None) -> str:
     """
     if isinstance(schedule_id, str) and len(schedule_id) > MAX_ID_LENGTH:
         raise InvalidSchedule(
-            f"S1: schedule ID has {len(schedule_id)} characters; at most {MAX_ID_LENGTH} allowed",
+            f"schedule ID has {len(schedule_id)} characters; at most {MAX_ID_LENGTH} allowed",
             rule="S1",
         )
-    sid = check_text(schedule_id, "S1: schedule ID", max_length=MAX_ID_LENGTH)
+    sid = check_text(schedule_id, "schedule ID", max_length=MAX_ID_LENGTH, rule="S1")
     if "~" in sid:
-        raise InvalidSchedule("S1: schedule ID must not contain '~'", rule="S1")
+        raise InvalidSchedule("schedule ID must not contain '~'", rule="S1")
     if task_name is not None:
         used = len(escape(task_name)) + len(escape(sid))
         if used > MAX_ESCAPED_LENGTH:
             raise InvalidSchedule(
-                f"S1: escaped task name and escaped schedule ID take {used} characters; "
+                f"escaped task name and escaped schedule ID take {used} characters; "
                 f"at most {MAX_ESCAPED_LENGTH} allowed",
                 rule="S1",
             )
@@ -76,7 +82,12 @@ def to_utc(moment: datetime, what: str = "time") -> datetime:
         raise InvalidSchedule(f"{what} must be a datetime, not {type(moment).__name__}")
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidSchedule(f"{what} must be an aware datetime (it has no time zone)")
-    return moment.astimezone(timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:
+        from celery_durable.core.limits import RANGE_TEXT
+
+        raise InvalidSchedule(f"{what} {moment.isoformat()} is outside {RANGE_TEXT}") from None
 
 
 @cached_for_datetimes
@@ -91,18 +102,18 @@ def parse_due(text: str) -> datetime:
     match = _RUN_ID_TIME.fullmatch(text)
     if match is None:
         raise InvalidSchedule(
-            f"S2: {text!r} is not a due time of the form YYYY-MM-DDTHH:MM:SS.fffffffZ"
+            f"{text!r} is not a due time of the form YYYY-MM-DDTHH:MM:SS.fffffffZ", rule="S2"
         )
     year, month, day, hour, minute, second, fraction = match.groups()
     if not fraction.endswith("0"):
-        raise InvalidSchedule(f"S2: {text!r} has a precision below one microsecond")
+        raise InvalidSchedule(f"{text!r} has a precision below one microsecond", rule="S2")
     try:
         return datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second),
             int(fraction) // 10, tzinfo=timezone.utc,
         )  # fmt: skip
     except ValueError as exc:
-        raise InvalidSchedule(f"S2: {text!r} is not a valid time: {exc}") from None
+        raise InvalidSchedule(f"{text!r} is not a valid time: {exc}", rule="S2") from None
 
 
 def run_id(schedule_id: str, due: datetime) -> str:
@@ -113,7 +124,7 @@ def run_id(schedule_id: str, due: datetime) -> str:
 def parse_run_id(text: str) -> tuple[str, datetime]:
     """Split a run ID into schedule ID and aware UTC due time; ``InvalidSchedule`` if malformed."""
     if not isinstance(text, str) or "@" not in text:
-        raise InvalidSchedule(f"S2: {text!r} is not a run ID (<schedule>@<due UTC>)")
+        raise InvalidSchedule(f"{text!r} is not a run ID (<schedule>@<due UTC>)", rule="S2")
     schedule_id, _, due = text.rpartition("@")
     check_schedule_id(schedule_id)
     return schedule_id, parse_due(due)

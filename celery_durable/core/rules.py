@@ -147,6 +147,10 @@ def _check_instant(where: str, value: object) -> datetime:
     try:
         offset = value.utcoffset()
         utc = value.astimezone(UTC) if offset is not None else None
+    except OverflowError:
+        from celery_durable.core.limits import RANGE_TEXT
+
+        raise _invalid(where, f"{value.isoformat()} is outside {RANGE_TEXT}") from None
     except (ArithmeticError, ValueError, TypeError) as exc:
         raise _invalid(where, f"cannot be read as an instant ({exc})") from None
     if utc is None:

@@ -294,7 +294,7 @@ class Mismatch(Exception):
         self.expected = expected
         self.found = found
         super().__init__(
-            f"W6: non-deterministic replay at position {position}: the journal holds "
+            f"non-deterministic replay at position {position}: the journal holds "
             f"{expected[1]} {expected[0]!r} but the body now asks for {found[1]} {found[0]!r}"
         )
 

@@ -300,8 +300,7 @@ def _check_bounds(content: Content, now: datetime) -> None:
     end_at = content.rule.end_at
     if end_at is not None and end_at < now:
         raise InvalidSchedule(
-            f"R8: end_at {time_to_json(end_at)} is before the schedule's creation "
-            f"{time_to_json(now)}",
+            f"end_at {time_to_json(end_at)} is before the schedule's creation {time_to_json(now)}",
             rule="R8",
         )
 
@@ -312,13 +311,15 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     if isinstance(command, Create):
         if state.deleted:
             raise ScheduleConflict(
-                f"A4: schedule {sid!r} was deleted; its ID cannot be reused", schedule_id=sid
+                f"schedule {sid!r} was deleted; its ID cannot be reused",
+                schedule_id=sid,
+                rule="A4",
             )
         if state.exists:
             if digest(command.content) == state.created_digest:
                 return []
             raise ScheduleConflict(
-                f"A1: schedule {sid!r} exists with different content", schedule_id=sid
+                f"schedule {sid!r} exists with different content", schedule_id=sid, rule="A1"
             )
         _check_bounds(command.content, command.now)
         return [ScheduleCreated(at=command.now, content=command.content)]
@@ -334,13 +335,13 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     if isinstance(command, Resume):
         _require_live(state, "resume")
         if not state.paused:
-            raise ScheduleConflict(f"A3: schedule {sid!r} is not paused", schedule_id=sid)
+            raise ScheduleConflict(f"schedule {sid!r} is not paused", schedule_id=sid, rule="A3")
         return [ScheduleResumed(at=command.now)]
     if isinstance(command, Delete):
         if state.deleted:
             return []
         if not state.exists:
-            raise ScheduleNotFound(f"A4: schedule {sid!r} does not exist", schedule_id=sid)
+            raise ScheduleNotFound(f"schedule {sid!r} does not exist", schedule_id=sid, rule="A4")
         return [ScheduleDeleted(at=command.now)]
     if isinstance(command, DecideDue):
         return _decide_due(state, command.now)
@@ -365,10 +366,12 @@ def _require_live(state: ScheduleState, verb: str) -> None:
     sid = state.schedule_id
     if not state.exists:
         raise ScheduleNotFound(
-            f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid
+            f"cannot {verb} schedule {sid!r}: it does not exist", schedule_id=sid, rule="A4"
         )
     if state.deleted:
-        raise ScheduleConflict(f"cannot {verb} schedule {sid!r}: it was deleted", schedule_id=sid)
+        raise ScheduleConflict(
+            f"cannot {verb} schedule {sid!r}: it was deleted", schedule_id=sid, rule="A4"
+        )
 
 
 def _pending(state: ScheduleState, due: datetime) -> PendingRun | None:
@@ -442,8 +445,9 @@ def _decide_run(state: ScheduleState, command: DecideRun) -> list[ScheduleEvent]
     _require_live(state, "start a run of")
     if command.due > command.now + FUTURE_TOLERANCE:
         raise InvalidSchedule(
-            f"A6: due time {time_to_json(command.due)} of {sid!r} is in the future",
+            f"due time {time_to_json(command.due)} of {sid!r} is in the future",
             schedule_id=sid,
+            rule="A6",
         )
     if command.due in command.decided or _pending(state, command.due) is not None:
         return []

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 from celery import Task
 from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
+from sqlalchemy.exc import SQLAlchemyError
 
+from celery_durable.config import ConfigError
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import run_stream
 from celery_durable.core.outcomes import Faulted, Finished, Outcome, raise_for
@@ -41,7 +43,7 @@ from celery_durable.core.run_aggregate import (
     on_delivery,
     unreached,
 )
-from celery_durable.errors import DurableError, JournalUnavailable, RunParked
+from celery_durable.errors import DurableError, JournalError, JournalUnavailable, RunParked
 from celery_durable.message import OWNER_HEADER, decode_args, message_json
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
@@ -205,15 +207,35 @@ def deliver(
             until = suspend.until
         except _Later as later:
             until = later.until
+        except _NotClaimed as away:
+            # Nothing of the run has happened in this delivery: the message must go back to
+            # the broker, never be acknowledged as done (W1). apply() has no message: the
+            # caller gets the error.
+            if eager:
+                raise away.error from None
+            retries = _retries(task)
+            delay = journal_backoff(retries)
+            log.log(
+                logging.WARNING if isinstance(away.error, JournalUnavailable) else logging.ERROR,
+                "run %s: the journal cannot be used before the run is claimed (%s: %s); "
+                "nothing has run, the message is sent again in %.0f s (attempt %d)",
+                run_id, type(away.error).__name__, away.error, delay, retries + 1,
+            )  # fmt: skip
+            raise _send_again(task, delay, retries=retries + 1) from None
         except JournalUnavailable as exc:
             # Nothing is lost: what was stored stays, the rest is replayed. Come back later.
-            retries = int(getattr(task.request, "retries", 0) or 0)
-            delay = min(2.0 ** min(retries, 5), 30.0)
-            log.warning("run %s: %s; delivered again in %.0f s", run_id, exc, delay)
+            retries = _retries(task)
+            delay = journal_backoff(retries)
+            log.warning(
+                "run %s: %s; the message is sent again in %.0f s (attempt %d)",
+                run_id, exc, delay, retries + 1,
+            )  # fmt: skip
             if eager:
                 time.sleep(delay)
                 continue
-            raise _send_again(task, delay, headers={OWNER_HEADER: owner}) from None
+            raise _send_again(
+                task, delay, headers={OWNER_HEADER: owner}, retries=retries + 1
+            ) from None
         runtime: Runtime = task.runtime
         now = runtime.now()
         wait = None if until is None else max(0.0, (until - now).total_seconds())
@@ -227,14 +249,56 @@ def deliver(
         return None
 
 
-def _send_again(task: Any, countdown: float, headers: dict[str, Any] | None = None) -> CeleryRetry:
+JOURNAL_BACKOFF_MAX = 30.0
+"""Longest countdown of a delivery sent again because the journal could not be used."""
+
+
+def journal_backoff(retries: int) -> float:
+    """Countdown before the next delivery after ``retries`` journal failures in a row:
+    1, 2, 4, 8, 16, then every 30 s, for as long as it takes (no attempt limit)."""
+    return min(2.0 ** min(retries, 5), JOURNAL_BACKOFF_MAX)
+
+
+def _retries(task: Any) -> int:
+    return int(getattr(task.request, "retries", 0) or 0)
+
+
+def _send_again(
+    task: Any,
+    countdown: float,
+    headers: dict[str, Any] | None = None,
+    *,
+    retries: int | None = None,
+) -> CeleryRetry | Reject:
     """Publish the same message again (same task id) with a countdown; return the Celery
     ``Retry`` to raise, which makes the worker acknowledge this delivery. Unlike
-    ``task.retry`` it has no retry limit: a durable run may sleep any number of times."""
-    extra = {"headers": headers} if headers else {}
+    ``task.retry`` it has no retry limit: a durable run may sleep any number of times.
+
+    The copy is published before this delivery is acknowledged, so the broker always holds
+    one of them. If publishing fails, the delivery is rejected with ``requeue=True`` instead:
+    the broker keeps the message (W1).
+    """
+    extra: dict[str, Any] = {"headers": headers} if headers else {}
+    if retries is not None:
+        extra["retries"] = retries
     signature = task.signature_from_request(task.request, countdown=countdown, **extra)
-    signature.apply_async()
+    try:
+        signature.apply_async()
+    except Exception as exc:
+        log.error(
+            "run %s: cannot publish the message again (%s: %s); it is rejected and requeued",
+            task.request.id, type(exc).__name__, exc,
+        )  # fmt: skip
+        return Reject(exc, requeue=True)
     return CeleryRetry(f"durable run waits {countdown:.3f} s", when=countdown, sig=signature)
+
+
+class _NotClaimed(Exception):
+    """The journal failed before this delivery stored its claim: nothing of the run ran."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _Later(Exception):
@@ -252,6 +316,28 @@ def _deliver_once(
     eager: bool,
     owner: str,
 ) -> Any:
+    try:
+        run = _claimed(task, run_id, args, kwargs, eager, owner)
+    except (JournalError, SQLAlchemyError, ConfigError) as exc:
+        # ConfigError: a durable_* setting the journal cannot be opened with.
+        raise _NotClaimed(exc) from exc
+    if run is None:
+        return None
+    if isinstance(run, Ended):
+        return raise_for(run_id, run.outcome)
+    return _execute(run, args, kwargs, body)
+
+
+def _claimed(
+    task: Any,
+    run_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    eager: bool,
+    owner: str,
+) -> RunContext | Ended | None:
+    """Read the run and store this delivery's claim: the claimed run, the run's end when it
+    has ended already, or ``None`` when another live delivery owns it (W8)."""
     runtime: Runtime = task.runtime
     journal = runtime.journal
     stream = run_stream(run_id)
@@ -267,13 +353,13 @@ def _deliver_once(
         eager=eager,
     )
 
-    def claim() -> tuple[bool, Any]:
+    def claim() -> tuple[bool, Ended | None]:
         """``(True, what to return)`` when this delivery is done, ``(False, None)`` once claimed."""
         now = runtime.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
             log.info("run %s has ended already; returning its stored outcome", run_id)
-            return True, raise_for(run_id, decision.outcome)
+            return True, decision
         if isinstance(decision, Busy):
             limit = run.short_sleep
             if (decision.until - now).total_seconds() <= limit:
@@ -294,10 +380,14 @@ def _deliver_once(
         with journal_errors():
             fold(journal.read_stream(stream, state.version), state)
 
-    done, value = retry_on_conflict(claim, reread=reread, what=f"run {run_id!r}: claim")
-    if done:
-        return value
-    return _execute(run, args, kwargs, body)
+    try:
+        done, value = retry_on_conflict(claim, reread=reread, what=f"run {run_id!r}: claim")
+    except JournalError:
+        raise
+    except DurableError as exc:
+        # No claim stored, so nothing of the run ran: keep the message (W1).
+        raise JournalUnavailable(str(exc)) from exc
+    return value if done else run
 
 
 def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) -> None:

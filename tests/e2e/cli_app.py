@@ -22,6 +22,11 @@ def backup(*args: Any, **kwargs: Any) -> None:
     """A plain task."""
 
 
+@app.task(name="cli.needs_folder")
+def needs_folder(folder: str) -> None:
+    """A plain task with a required argument."""
+
+
 @durable.task(name="cli.invoice")
 def invoice(run: Any) -> str:
     """A durable task."""

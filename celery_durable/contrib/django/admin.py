@@ -34,6 +34,7 @@ from django.utils import timezone as dj_timezone
 from celery_durable.contrib.django import get_durable
 from celery_durable.contrib.django.forms import ScheduleForm, zone_names
 from celery_durable.contrib.django.models import Schedule
+from celery_durable.core import limits
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError
@@ -68,7 +69,10 @@ def local_text(moment: datetime | None) -> str:
     """A time in the project's current time zone (``TIME_ZONE`` or the activated one)."""
     if moment is None:
         return "—"
-    return dj_timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+    local = limits.to_zone(moment, dj_timezone.get_current_timezone())
+    if local is None:
+        return "beyond the dates of this time zone"
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _short(value: Any, limit: int = 80) -> str:

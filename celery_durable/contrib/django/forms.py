@@ -8,7 +8,6 @@ specification is checked by the library, and its errors (``InvalidSchedule``,
 from __future__ import annotations
 
 import json
-import re
 import zoneinfo
 from datetime import datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.conf import settings
 
+from celery_durable.core import limits
 from celery_durable.core.ids import check_schedule_id
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
@@ -35,8 +35,6 @@ KINDS = (
 )
 DAYS = tuple((day.short, day.name.capitalize()) for day in Weekday)
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 # Where a library error goes: the prefix of ``InvalidSchedule.field`` → the form field.
 _FIELD_OF = {
@@ -64,13 +62,10 @@ def default_zone() -> str:
 
 def parse_duration(text: str) -> timedelta:
     """``30s``, ``5m``, ``1h30m``, ``2d``, ``1.5h``; a bare number is seconds."""
-    value = text.strip().lower().replace(" ", "")
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return timedelta(seconds=float(value))
-    parts = _DURATION_PART.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
-        raise forms.ValidationError(f"{text!r} is not a duration (e.g. 30s, 5m, 1h30m, 2d)")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    try:
+        return limits.parse_duration(text)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 def format_duration(interval: timedelta) -> str:
@@ -118,18 +113,20 @@ def format_instant(moment: datetime | None, zone: str | None) -> str:
         return ""
     if zone:
         try:
-            return moment.astimezone(_zone(zone)).replace(tzinfo=None).isoformat(" ", "minutes")
+            local = limits.to_zone(moment, _zone(zone))
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-            pass
+            local = None
+        if local is not None:
+            return local.replace(tzinfo=None).isoformat(" ", "minutes")
     utc = moment.astimezone(timezone.utc).replace(tzinfo=None)
     return utc.isoformat("T", "minutes") + "Z"
 
 
 def parse_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text) if text.strip() else None
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(f"{what} is not valid JSON: {exc}") from None
+        return limits.parse_json(text, what) if text.strip() else None
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from None
 
 
 class ScheduleForm(forms.Form):
@@ -350,7 +347,7 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
-        if where in ("catch_up", "overlap", "task"):
+        if where in ("catch_up", "overlap", "task", "input", "options"):
             return where
         message = str(exc)
         if where in self.cleaned_data.get("options", {}) or message.startswith(
@@ -359,7 +356,7 @@ class ScheduleForm(forms.Form):
             return "options"
         if message.startswith("input"):
             return "input"
-        if message.startswith("S1"):
+        if getattr(exc, "rule", None) == "S1":
             return "id" if self.creating else None
         if message.startswith("task"):
             return "task"

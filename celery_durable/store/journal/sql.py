@@ -51,11 +51,18 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 from sqlalchemy.sql import ColumnElement, Insert, Select
 
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
-from celery_durable.errors import AppendConflict, JournalError
+from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
 from celery_durable.store.journal.encoding import (
     MAX_CATEGORY_LENGTH,
@@ -96,6 +103,30 @@ _TX_KEY = "celery_durable_tx"
 _VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
 
 _events = schema.events
+
+
+_DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg_binary": "postgres", "psycopg_c": "postgres"}
+
+
+def _create_engine(url: Any, options: dict[str, Any], shown: str) -> Engine:
+    """``create_engine``, with a missing database driver named with the extra that installs it."""
+    try:
+        return create_engine(url, **options)
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        extra = _DRIVER_EXTRAS.get(module)
+        if extra is None:
+            raise
+        raise JournalError(
+            f"the journal {shown} needs the {module} driver, which is not installed: "
+            f"pip install 'celery-durable[{extra}]'",
+            missing_module=module,
+        ) from exc
+
+
+def _one_line(error: BaseException | None) -> str:
+    """A driver's error message on one line (libpq adds a tab-indented hint line)."""
+    return " ".join(str(error).split())
 
 
 def advisory_key(name: str) -> int:
@@ -227,7 +258,7 @@ class SqlJournal:
         # transaction opened on it is a real one. The hot path avoids the recipe only because a
         # connection-event listener makes every statement of its engine dispatch events, which
         # costs ~20 µs per append (docs/journal.md, "Cost").
-        self._core: Engine = create_engine(engine_url, **options)
+        self._core: Engine = _create_engine(engine_url, options, self.url)
         self.engine: Engine = self._core
         if self._sqlite:
             event.listen(self._core, "connect", self._on_sqlite_connect)
@@ -289,8 +320,15 @@ class SqlJournal:
                         f"cannot create the journal tables at {self.url}: {exc.orig}"
                     ) from exc
                 log.info("journal tables created concurrently at %s; checking again", self.url)
+            except (OperationalError, InterfaceError) as exc:
+                # Connection refused, server down, database locked: it may come back.
+                raise JournalUnavailable(
+                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                ) from exc
             except DBAPIError as exc:
-                raise JournalError(f"cannot open the journal at {self.url}: {exc.orig}") from exc
+                raise JournalError(
+                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                ) from exc
 
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
