@@ -246,7 +246,7 @@ class Dispatcher:
                     resend.send(self.app, retry=False, producer=producer)
                     sent.append(resend.run_id)
                     log.info(
-                        "re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id}
+                        "re-sent durable run %r", resend.run_id, extra={"run_id": resend.run_id}
                     )
         except Exception as exc:
             log.warning("could not re-send durable runs: %s: %s", type(exc).__name__, exc)
@@ -529,7 +529,7 @@ class Dispatcher:
             if pending.run_id not in self._failed_logged:
                 self._failed_logged.add(pending.run_id)
                 log.error(
-                    "run %s of schedule %s (due %s, task %s) can never be enqueued: %s",
+                    "run %r of schedule %r (due %s, task %r) can never be enqueued: %s",
                     pending.run_id,
                     sid,
                     time_to_json(pending.due),
@@ -615,7 +615,7 @@ class Dispatcher:
             return
         self._missing_logged[sid] = due
         log.error(
-            "schedule %s: task %s is not registered; nothing is decided for due time %s",
+            "schedule %r: task %r is not registered; nothing is decided for due time %s",
             sid,
             task,
             time_to_json(due),

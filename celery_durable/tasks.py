@@ -218,7 +218,7 @@ def deliver(
             # Nothing is lost: what was stored stays, the rest is replayed. Come back later.
             retries = int(getattr(task.request, "retries", 0) or 0)
             delay = min(2.0 ** min(retries, 5), 30.0)
-            log.warning("run %s: %s; delivered again in %.0f s", run_id, exc, delay)
+            log.warning("run %r: %s; delivered again in %.0f s", run_id, exc, delay)
             if eager:
                 time.sleep(delay)
                 continue
@@ -279,14 +279,14 @@ def _deliver_once(
         now = durable.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
-            log.info("run %s has ended already; returning its stored outcome", run_id)
+            log.info("run %r has ended already; returning its stored outcome", run_id)
             return raise_for(run_id, decision.outcome)
         if isinstance(decision, Busy):
             limit = run.short_sleep
             if (decision.until - now).total_seconds() <= limit:
                 raise _Later(decision.until)
             log.info(
-                "run %s is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
+                "run %r is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
             )
             return None
         if isinstance(decision, NotYet):
@@ -397,7 +397,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
         _end(run, RUN_FINISHED, FINISHED, {"result": value})
         return value
     except LostClaim:
-        log.warning("run %s was claimed by another delivery; this one stops (W8)", run.run_id)
+        log.warning("run %r was claimed by another delivery; this one stops (W8)", run.run_id)
         return None
     finally:
         run.deactivate(token)
