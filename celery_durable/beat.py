@@ -181,7 +181,11 @@ class DurableScheduler(Scheduler):
 
     @property
     def info(self) -> str:
-        url = (
-            self._durable.config.url if self._durable else DurableConfig.from_app(self.app.conf).url
-        )
+        """Beat's banner line: the journal this scheduler uses, password hidden.
+
+        The lazy banner instance has no ``Durable`` yet; it names the one the app module made
+        (``Durable(app, url)``), which :meth:`setup_schedule` will use, else the configuration.
+        """
+        durable = self._durable or Durable.registered(self.app)
+        url = durable.config.url if durable else DurableConfig.from_app(self.app.conf).url
         return f"    . journal -> {redact(url)}"
