@@ -48,7 +48,10 @@ def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool)
         from celery import current_app
 
         app = current_app
-    start_session(ctx, app, url, as_json, traceback)
+    # Without -A (or $CELERY_APP) Celery hands over its default app, which has no tasks and
+    # no journal of its own.
+    given = ctx.find_root().params.get("app") is not None
+    start_session(ctx, app, url, as_json, traceback, app_given=given)
 
 
 @click.group(cls=DurableGroup, name="celery_durable")

@@ -36,6 +36,7 @@ BROKEN_PIPE = 141
 """The reader of stdout went away (``… | head``): the status a shell shows for SIGPIPE."""
 
 _META = "celery_durable.cli"
+_URL_VARIABLE = "CELERY_DURABLE_URL"
 F = TypeVar("F", bound=Callable[..., Any])
 
 option = partial(click.option, allow_from_autoenv=False)
@@ -107,9 +108,10 @@ def echo(text: str = "", *, err: bool = False) -> None:
 class Session:
     """Per-invocation state kept in ``ctx.meta``: the app, ``--url``, ``--json``."""
 
-    def __init__(self, app: Any, url: str | None) -> None:
+    def __init__(self, app: Any, url: str | None, *, app_given: bool = True) -> None:
         self.app = app
         self.url = url
+        self.app_given = app_given
         self.json = False
         self.traceback = False
         self._durable: Durable | None = None
@@ -123,12 +125,38 @@ class Session:
 
             if self.app is None:
                 raise invalid("give the Celery app with -A/--app MODULE (or set CELERY_APP)")
-
+            if not self.app_given and self.url is None and not os.environ.get(_URL_VARIABLE):
+                # Celery's default app knows no journal: reading "its" journal would create an
+                # empty ./celery_durable.db and show nothing (docs/cli.md, "Which journal").
+                raise invalid(
+                    "no Celery app given: give -A/--app MODULE, as for the worker and beat "
+                    f"(or name the journal with --url or ${_URL_VARIABLE})"
+                )
+            self._load_app()
             if self.url is not None:
                 self._durable, self._own = Durable(self.app, self.url), True
             else:
                 self._durable = Durable.for_app(self.app)
         return self._durable
+
+    def _load_app(self) -> None:
+        """What a worker does first: import the task modules (and set Django up)."""
+        from celery_durable.config import import_task_modules
+
+        try:
+            import_task_modules(self.app)
+        except Exception as exc:
+            raise CliError(
+                f"cannot import the task modules of app {self.app.main!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if "django" in sys.modules:
+            from django.apps import apps
+
+            if apps.ready and apps.is_installed("celery_durable.contrib.django"):
+                from celery_durable.contrib.django import configure
+
+                configure(self.app)  # the journal the admin, beat and workers use
 
     def close(self) -> None:
         if self._durable is not None and self._own:
@@ -150,7 +178,15 @@ class Session:
         return found
 
 
-def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, tb: bool) -> None:
+def start_session(
+    ctx: click.Context,
+    app: Any,
+    url: str | None,
+    as_json: bool,
+    tb: bool,
+    *,
+    app_given: bool = True,
+) -> None:
     """Called by the ``durable`` group (and ``python -m celery_durable``) before a command."""
     if url is not None:
         from celery_durable.errors import JournalError
@@ -160,7 +196,7 @@ def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, 
             normalize_url(url)
         except JournalError as exc:
             raise invalid(f"--url: {exc}") from None
-    session = Session(app, url)
+    session = Session(app, url, app_given=app_given)
     session.json = as_json
     session.traceback = tb
     ctx.meta[_META] = session
