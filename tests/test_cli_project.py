@@ -139,3 +139,46 @@ def test_without_an_app_nothing_is_created(tmp_path: Path) -> None:
     assert named.returncode == 0, named.stderr
     assert named.stdout.strip() == "No schedules."
     assert not (tmp_path / "celery_durable.db").exists()
+
+
+def test_manage_py_durable_schedules_is_the_cli_command(tmp_path: Path) -> None:
+    """Same output for an empty list and a full one, same columns, and delete asks first."""
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(PROJECT_DIR), child_env()["PYTHONPATH"]]),
+        "DURABLE_SITE_DB": str(tmp_path / "site.sqlite3"),
+    }
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(PROJECT_DIR / "manage.py"), "durable_schedules", *args],
+            cwd=tmp_path,
+            env={**child_env(), **env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return celery(tmp_path, "-A", "durable_site", "durable", "schedules", *args, env=env)
+
+    empty = manage("list")
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, "No schedules.\n", "")
+    assert cli("list").stdout == empty.stdout
+    created = manage("create", "report", "shop.send_report", "--every", "5m", "--args", '["ada"]')
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("schedule 'report' created")
+    listed = manage("list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == cli("list").stdout
+    assert listed.stdout.split()[:4] == ["ID", "TASK", "RULE", "STATUS"]
+    assert manage("show", "report", "--json").stdout == cli("show", "report", "--json").stdout
+    refused = manage("delete", "report")
+    assert refused.returncode == 2
+    assert refused.stderr == "Error: deleting is permanent: pass --yes to confirm\n"
+    assert manage("list", "--json").stdout.count('"id": "report"') == 1
+    deleted = manage("delete", "report", "--yes")
+    assert deleted.returncode == 0 and "deleted" in deleted.stdout
+    missing = manage("show", "nope")
+    assert (missing.returncode, missing.stderr) == (3, "Error: schedule 'nope' not found\n")

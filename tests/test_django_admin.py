@@ -338,20 +338,23 @@ def test_management_commands_mirror_the_cli(durable: Durable, clock: FakeClock) 
         return out.getvalue()
 
     listing = run("durable_schedules", "list")
-    assert re.search(r"nightly\s+active\s+shop\.backup\s+daily at 02:00 Europe/Oslo", listing)
+    assert re.search(r"nightly\s+shop\.backup\s+daily at 02:00 Europe/Oslo\s+active", listing)
     assert '"status": "active"' in run("durable_schedules", "list", "--json")
-    assert "nightly: paused" in run("durable_schedules", "pause", "nightly")
-    assert "Status:           paused" in run("durable_schedules", "show", "nightly")
-    assert "nightly: resumed" in run("durable_schedules", "resume", "nightly")
+    assert "schedule 'nightly' paused" in run("durable_schedules", "pause", "nightly")
+    assert re.search(r"Status\s+paused", run("durable_schedules", "show", "nightly"))
+    assert "schedule 'nightly' resumed" in run("durable_schedules", "resume", "nightly")
     triggered = run("durable_schedules", "trigger", "nightly")
-    assert "nightly: triggered run nightly@2026-11-02T12:00:00.0000000Z" in triggered
+    assert triggered == "nightly@2026-11-02T12:00:00.0000000Z\n"
     assert "nightly@2026-11-02T12:00:00.0000000Z" in run("durable_runs", "nightly")
     assert '"reason": "trigger"' in run("durable_runs", "nightly", "--json")
-    with pytest.raises(CommandError, match="1 of 1 failed"):
+    with pytest.raises(CommandError) as refused:
         run("durable_schedules", "resume", "nightly")
+    assert refused.value.returncode == 4
     with pytest.raises(CommandError, match="no durable schedule"):
         run("durable_runs", "nope")
-    assert "nightly: deleted" in run("durable_schedules", "delete", "nightly")
+    with pytest.raises(CommandError):
+        run("durable_schedules", "delete", "nightly")  # not on a terminal: needs --yes
+    assert "schedule 'nightly' deleted" in run("durable_schedules", "delete", "nightly", "--yes")
     assert "nightly" not in run("durable_schedules", "list")
     assert "deleted" in run("durable_schedules", "list", "--all")
 
