@@ -92,4 +92,3 @@ def import_task_modules(app: Any) -> None:
         return
     app.loader.import_default_modules()
     app._celery_durable_imported = True
-

@@ -188,3 +188,51 @@ def test_admin_list_renders_and_pause_works_in_chromium(
             page.screenshot(path=str(shots / "admin-schedule-form-error.png"), full_page=True)
         finally:
             browser.close()
+
+
+@pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+@pytest.mark.parametrize("width", [1400, 1280])
+def test_admin_list_fits_the_window(site: tuple[str, Durable], width: int, tmp_path: Path) -> None:
+    """At common laptop widths every column of the list is visible without scrolling sideways:
+    the next-run, catch-up and runs columns were once cut off at 1,400 px."""
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.fail(f"Chromium is not installed; install it with: {INSTALL}", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    base, durable = site
+    durable.schedules.create(
+        "monthly-customer-statement-for-enterprise-accounts",
+        "shop.send_report",
+        "Ada",
+        Weekly(["mon", "tue", "wed", "thu", "fri"], "08:00", "America/Argentina/Buenos_Aires"),
+        CatchUp.ALL,
+        overlap=Overlap.BUFFER_ONE,
+    )
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(f"{base}/admin/login/?next=/admin/celery_durable/schedule/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "pw")
+            page.click("input[type=submit]")
+            page.wait_for_selector("#result_list")
+            overflow = page.evaluate(
+                """() => {
+                    const box = document.querySelector('#changelist .results');
+                    const right = box.getBoundingClientRect().right;
+                    const cut = [...document.querySelectorAll('#result_list tr > *')]
+                        .filter(c => c.getBoundingClientRect().right > right + 1)
+                        .map(c => c.className || c.textContent.trim().slice(0, 30));
+                    return {scroll: box.scrollWidth - box.clientWidth, cut: [...new Set(cut)],
+                            page: document.documentElement.scrollWidth - window.innerWidth};
+                }"""
+            )
+            page.screenshot(path=str(tmp_path / f"admin-schedule-list-{width}.png"))
+            assert overflow == {"scroll": 0, "cut": [], "page": 0}, overflow
+        finally:
+            browser.close()
