@@ -19,7 +19,7 @@ import pytest
 
 from celery_durable import Durable
 from tests.django_project.harness import PROJECT_DIR
-from tests.support.processes import child_env
+from tests.support.processes import child_env, run_child
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,15 +31,7 @@ def celery(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedPr
     for key in ("DJANGO_SETTINGS_MODULE",):
         clean.pop(key, None)
     clean.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "celery", *args],
-        cwd=cwd,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_child([sys.executable, "-m", "celery", *args], cwd=cwd, env=clean)
 
 
 def stored_ids(url: str) -> list[str]:
@@ -114,14 +106,10 @@ def test_plain_app_with_include_modules(tmp_path: Path) -> None:
     created = celery(tmp_path, *args, env=env)
     assert created.returncode == 0, created.stderr
     assert stored_ids(f"sqlite:///{tmp_path / 'plain.db'}") == ["j"]
-    module = subprocess.run(
+    module = run_child(
         [sys.executable, "-m", "celery_durable", "-A", "plainproj", "schedules", "show", "j"],
         cwd=tmp_path,
         env={**child_env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert module.returncode == 0, module.stderr
     assert "plain.job" in module.stdout
@@ -149,15 +137,10 @@ def test_manage_py_durable_schedules_is_the_cli_command(tmp_path: Path) -> None:
     }
 
     def manage(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return run_child(
             [sys.executable, str(PROJECT_DIR / "manage.py"), "durable_schedules", *args],
             cwd=tmp_path,
             env={**child_env(), **env},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
         )
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import REPO_ROOT, child_env, running_process, wait_for
+from tests.support.processes import REPO_ROOT, child_env, run_child, running_process, wait_for
 from tests.test_docs import Block, blocks_of, console_examples
 
 pytestmark = pytest.mark.timeout(240)
@@ -79,15 +78,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         args[0] = {"python": sys.executable}.get(args[0], args[0])
         if args[0] == "celery":
             args[:1] = [sys.executable, "-m", "celery"]
-        done = subprocess.run(
-            args,
-            cwd=tmp_path,
-            env=base_env,
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
+        done = run_child(args, cwd=tmp_path, env=base_env)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         return done.stdout
 
