@@ -81,7 +81,9 @@ def client(django_site: None) -> Any:
 
 
 def text(response: Any) -> str:
-    return re.sub(r"\s+", " ", response.content.decode())
+    """The page's HTML, whitespace collapsed, ``<wbr>`` break points (layout only) removed."""
+    html = response.content.decode().replace("<wbr>", "")
+    return re.sub(r"\s+", " ", html)
 
 
 def row_of(page: str, sid: str) -> str:
