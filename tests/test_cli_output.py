@@ -68,7 +68,7 @@ def test_s1_refuses_control_characters_through_the_cli(sqlite_url: str, sid: str
 def _legacy(monkeypatch: pytest.MonkeyPatch, durable: Durable, sid: str, **kw: object) -> None:
     """A schedule stored by a version before S1 refused control characters."""
     with monkeypatch.context() as patch:
-        patch.setattr("celery_durable.ids.first_control", lambda text: None, raising=False)
+        patch.setattr("celery_durable.core.ids.first_control", lambda text: None, raising=False)
         durable.schedules.create(sid, "cli.backup", None, Every(timedelta(minutes=1)), **kw)
 
 
