@@ -80,12 +80,12 @@ def check_schedule_id(
     control = None if stored else first_control(sid)
     if control is not None:
         raise InvalidSchedule(
-            f"S1: schedule ID must not contain control or format characters "
+            f"schedule ID must not contain control or format characters "
             f"(found {control!r} at position {sid.index(control)})",
             rule="S1",
         )
     if not stored and sid != sid.strip():
-        raise InvalidSchedule("S1: schedule ID must not start or end with whitespace", rule="S1")
+        raise InvalidSchedule("schedule ID must not start or end with whitespace", rule="S1")
     if task_name is not None:
         used = len(escape(task_name)) + len(escape(sid))
         if used > MAX_ESCAPED_LENGTH:
