@@ -531,3 +531,20 @@ def test_a_run_that_returned_nothing_and_ran_before_its_start_was_recorded(
     runs_table = re.search(r'<table id="durable-runs".*?</table>', body)
     assert runs_table is not None and "null" not in runs_table.group(0)
     assert re.search(rf"{re.escape(run_id)}.*?started.*?finished", runs_table.group(0))
+
+
+def test_durable_runs_command_escapes_stored_control_characters(durable: Durable) -> None:
+    import unicodedata
+
+    from django.core.management import call_command
+
+    durable.schedules.create("esc", "shop.backup", "\x1b[2J\u202e", Daily("02:00", "Europe/Oslo"))
+    run_id = durable.schedules.trigger("esc")
+    [run] = durable.schedules.runs("esc")
+    args, kwargs, _ = scheduled_message(ScheduledRun("esc", run.due, run.input))
+    durable.app.tasks["shop.backup"].apply(args, kwargs, task_id=run_id)
+    out = io.StringIO()
+    call_command("durable_runs", "esc", stdout=out)
+    printed = out.getvalue()
+    assert "backed up \\u001b[2J\\u202e" in printed
+    assert not [c for c in printed if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")]
