@@ -229,7 +229,11 @@ class DurableScheduler(Scheduler):
 
     @property
     def info(self) -> str:
-        url = (
-            self._runtime.config.url if self._runtime else DurableConfig.from_app(self.app.conf).url
-        )
+        """Beat's banner line: the journal this scheduler uses, password hidden.
+
+        The lazy banner instance has no runtime yet; it names the one the app module made
+        (``Durable(app, url)``), which :meth:`setup_schedule` will use, else the configuration.
+        """
+        runtime = self._runtime or Runtime.registered(self.app)
+        url = runtime.config.url if runtime else DurableConfig.from_app(self.app.conf).url
         return f"    . journal -> {redact(url)}"

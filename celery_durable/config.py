@@ -123,3 +123,19 @@ def _positive(conf: Any, key: str, default: float) -> float:
     if not number > 0:
         raise ConfigError(f"{key} must be positive, not {value!r}")
     return number
+
+
+def import_task_modules(app: Any) -> None:
+    """Import the app's task modules once, as a worker does at start-up.
+
+    ``app.loader.import_default_modules()`` sends Celery's ``import_modules`` signal, on which
+    the Django fixup runs ``django.setup()`` (so ``celery_durable.contrib.django`` sets
+    ``durable_url`` from the project's settings) and ``autodiscover_tasks()`` imports each
+    app's ``tasks`` module; then the ``imports`` and ``include`` modules are imported. Any
+    process that reads the journal outside a worker or beat (the CLI, the Django admin) calls
+    this before it reads ``durable_*`` settings or looks a task up, so it sees what they see.
+    """
+    if getattr(app, "_celery_durable_imported", False):
+        return
+    app.loader.import_default_modules()
+    app._celery_durable_imported = True

@@ -60,6 +60,12 @@ class Runtime:
             found = _BY_APP.get(app)
         return found if found is not None else cls(app)
 
+    @classmethod
+    def registered(cls, app: Celery) -> Runtime | None:
+        """The runtime made for ``app`` first, or ``None`` (nothing is made)."""
+        with _BY_APP_LOCK:
+            return _BY_APP.get(app)
+
     @cached_property
     def config(self) -> DurableConfig:
         """Settings read once from ``app.conf``."""

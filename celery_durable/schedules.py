@@ -180,15 +180,15 @@ class Schedules:
 
     def pause(self, id: str) -> None:
         """Stop starting runs (A3); pausing a paused schedule does nothing."""
-        self._execute(check_schedule_id(id), lambda now: Pause(now=now))
+        self._execute(check_schedule_id(id, stored=True), lambda now: Pause(now=now))
 
     def resume(self, id: str) -> None:
         """Start runs again from the first due time after now (A3)."""
-        self._execute(check_schedule_id(id), lambda now: Resume(now=now))
+        self._execute(check_schedule_id(id, stored=True), lambda now: Resume(now=now))
 
     def delete(self, id: str) -> None:
         """End the schedule for good (A4); its ID can never be used again."""
-        self._execute(check_schedule_id(id), lambda now: Delete(now=now))
+        self._execute(check_schedule_id(id, stored=True), lambda now: Delete(now=now))
 
     def trigger(self, id: str) -> str:
         """Start one run now, outside the rule (D9); return its run ID.
@@ -197,7 +197,7 @@ class Schedules:
         ID as task id) but does not count toward ``max_runs`` and moves no due time.
         Raises ``ScheduleConflict`` for an unknown or deleted schedule.
         """
-        sid = check_schedule_id(id)
+        sid = check_schedule_id(id, stored=True)
         instants: builtins.list[datetime] = []
 
         def command(now: datetime) -> Command:
@@ -217,7 +217,7 @@ class Schedules:
         run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
         ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
         """
-        sid = check_schedule_id(id)
+        sid = check_schedule_id(id, stored=True)
         first = check_instant(to_utc(start, "backfill start"), "backfill start")
         last = check_instant(to_utc(end, "backfill end"), "backfill end")
         if last < first:
@@ -245,7 +245,7 @@ class Schedules:
 
     def state(self, id: str) -> ScheduleView | None:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
-        state = self.store.load(check_schedule_id(id))
+        state = self.store.load(check_schedule_id(id, stored=True))
         return view_of(state) if state.exists else None
 
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
@@ -255,7 +255,7 @@ class Schedules:
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
         """The decided runs of a schedule, newest first (V2)."""
-        sid = check_schedule_id(id)
+        sid = check_schedule_id(id, stored=True)
         runs = runs_of(sid, self.store.events(sid))[:limit]
         # Durable runs: their outcome (or progress) comes from the run table.
         started = [r.run_id for r in runs if r.state == "started"]
@@ -409,6 +409,7 @@ def view_of(state: ScheduleState) -> ScheduleView:
         runs_decided=state.runs_decided,
         pending=len(state.pending),
         version=state.version,
+        last_due=state.last_decided,
     )
 
 

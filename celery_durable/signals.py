@@ -57,7 +57,7 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
         lag = (event.at - event.due).total_seconds()
         fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag}
         log.info(
-            "decided run %s of schedule %s (due %s, lag %.3fs)",
+            "decided run %r of schedule %r (due %s, lag %.3fs)",
             event.run_id, sid, time_to_json(event.due), lag, extra=fields,
         )  # fmt: skip
         run_decided.send(sender=sender, reason=event.reason, **fields)
@@ -66,18 +66,18 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
             return
         lag = (event.at - event.due).total_seconds()
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due, "lag": lag}
-        log.debug("enqueued run %s (lag %.3fs)", fields["run_id"], lag, extra=fields)
+        log.debug("enqueued run %r (lag %.3fs)", fields["run_id"], lag, extra=fields)
         run_started.send(sender=sender, **fields)
     elif isinstance(event, RunSkipped):
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
-        log.info("skipped run %s: %s", fields["run_id"], event.reason, extra=fields)
+        log.info("skipped run %r: %s", fields["run_id"], event.reason, extra=fields)
         run_skipped.send(sender=sender, reason=event.reason, **fields)
     elif isinstance(event, RunFailedToStart):
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
         run_failed_to_start.send(sender=sender, error=event.error, **fields)
     elif isinstance(event, RunsMissed):
         log.info(
-            "schedule %s: %s missed due time(s) up to %s dropped by its catch-up policy",
+            "schedule %r: %s missed due time(s) up to %s dropped by its catch-up policy",
             sid, "many" if event.count is None else event.count, time_to_json(event.through),
             extra={"schedule": sid, "count": event.count},
         )  # fmt: skip

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.timeout(60)
 APP = "tests.e2e.cli_app"
 
 SCHEDULE_KEYS = {
+    "last_run",
     "id",
     "task",
     "input",
@@ -165,6 +166,9 @@ def test_create_list_show_in_tables_and_json(journal_url: str) -> None:
         "TASK",
         "RULE",
         "STATUS",
+        "LAST",
+        "RUN",
+        "(UTC)",
         "NEXT",
         "DUE",
         "(UTC)",

@@ -81,7 +81,9 @@ def client(django_site: None) -> Any:
 
 
 def text(response: Any) -> str:
-    return re.sub(r"\s+", " ", response.content.decode())
+    """The page's HTML, whitespace collapsed, ``<wbr>`` break points (layout only) removed."""
+    html = response.content.decode().replace("<wbr>", "")
+    return re.sub(r"\s+", " ", html)
 
 
 def row_of(page: str, sid: str) -> str:
@@ -339,20 +341,23 @@ def test_management_commands_mirror_the_cli(durable: Durable, clock: FakeClock) 
         return out.getvalue()
 
     listing = run("durable_schedules", "list")
-    assert re.search(r"nightly\s+active\s+shop\.backup\s+daily at 02:00 Europe/Oslo", listing)
+    assert re.search(r"nightly\s+shop\.backup\s+daily at 02:00 Europe/Oslo\s+active", listing)
     assert '"status": "active"' in run("durable_schedules", "list", "--json")
-    assert "nightly: paused" in run("durable_schedules", "pause", "nightly")
-    assert "Status:           paused" in run("durable_schedules", "show", "nightly")
-    assert "nightly: resumed" in run("durable_schedules", "resume", "nightly")
+    assert "schedule 'nightly' paused" in run("durable_schedules", "pause", "nightly")
+    assert re.search(r"Status\s+paused", run("durable_schedules", "show", "nightly"))
+    assert "schedule 'nightly' resumed" in run("durable_schedules", "resume", "nightly")
     triggered = run("durable_schedules", "trigger", "nightly")
-    assert "nightly: triggered run nightly@2026-11-02T12:00:00.0000000Z" in triggered
+    assert triggered == "nightly@2026-11-02T12:00:00.0000000Z\n"
     assert "nightly@2026-11-02T12:00:00.0000000Z" in run("durable_runs", "nightly")
     assert '"reason": "trigger"' in run("durable_runs", "nightly", "--json")
-    with pytest.raises(CommandError, match="1 of 1 failed"):
+    with pytest.raises(CommandError) as refused:
         run("durable_schedules", "resume", "nightly")
+    assert refused.value.returncode == 4
     with pytest.raises(CommandError, match="no durable schedule"):
         run("durable_runs", "nope")
-    assert "nightly: deleted" in run("durable_schedules", "delete", "nightly")
+    with pytest.raises(CommandError):
+        run("durable_schedules", "delete", "nightly")  # not on a terminal: needs --yes
+    assert "schedule 'nightly' deleted" in run("durable_schedules", "delete", "nightly", "--yes")
     assert "nightly" not in run("durable_schedules", "list")
     assert "deleted" in run("durable_schedules", "list", "--all")
 
@@ -473,3 +478,74 @@ def test_the_python_blocks_of_docs_django_md_compile() -> None:
         compile(block, f"docs/django.md block {number}", "exec")
     for setting in ("CELERY_DURABLE_URL", "CELERY_DURABLE_DATABASE", "CELERY_DURABLE_APP"):
         assert setting in doc
+
+
+# What the pages say, read as a newcomer reads them ----------------------------------------------
+
+
+@pytest.mark.parametrize("sid", ["esc\x1b[2Jx", "rtl\u202egnp", "two\nlines", "soh\x01"], ids=repr)
+def test_add_form_refuses_control_characters_in_the_id(
+    client: Any, durable: Durable, sid: str
+) -> None:
+    response = client.post(LIST + "add/", form_data(id=sid))
+    assert response.status_code == 200
+    assert "control or format characters" in str(response.context["form"].errors["id"])
+    assert durable.schedules.list() == []
+
+
+def test_with_time_zone_utc_times_are_shown_once(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    from django.test import override_settings
+
+    durable.schedules.create("backup", "shop.backup", "/srv", Every(timedelta(minutes=1)))
+    with override_settings(TIME_ZONE="UTC"):
+        listing = text(client.get(LIST))
+        detail = text(client.get(LIST + "backup/change/"))
+    assert "Next run (UTC)" in listing and "UTC / UTC" not in listing
+    assert "(UTC)" in detail and "Next run (UTC)</th>" in detail
+    assert "Due (UTC)" in detail and 'Due (UTC)</th><th scope="col">Due (UTC)' not in detail
+    assert "Next run (UTC / Europe/Oslo)" in text(client.get(LIST))  # TIME_ZONE of the project
+
+
+def test_a_run_that_returned_nothing_and_ran_before_its_start_was_recorded(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    """Triggered, then executed by a worker before the dispatcher recorded the start (as after a
+    crash between send and record, A6): it was enqueued, it finished, it returned None."""
+
+    def quiet(run: ScheduledRun) -> None:
+        return None
+
+    durable.task(name="shop.quiet", shared=False)(quiet)
+    durable.schedules.create("quiet", "shop.quiet", None, Daily("02:00", "Europe/Oslo"))
+    run_id = durable.schedules.trigger("quiet")
+    [run] = durable.schedules.runs("quiet")
+    assert run.state == "decided"
+    args, kwargs, _ = scheduled_message(ScheduledRun("quiet", run.due, run.input))
+    durable.app.tasks["shop.quiet"].apply(args, kwargs, task_id=run_id)
+    page = client.get(LIST + "quiet/change/")
+    body = text(page)
+    assert "not yet enqueued" not in body
+    [row] = page.context["runs"]
+    assert (row.state, row.outcome, row.detail) == ("started", "finished", "")
+    runs_table = re.search(r'<table id="durable-runs".*?</table>', body)
+    assert runs_table is not None and "null" not in runs_table.group(0)
+    assert re.search(rf"{re.escape(run_id)}.*?started.*?finished", runs_table.group(0))
+
+
+def test_durable_runs_command_escapes_stored_control_characters(durable: Durable) -> None:
+    import unicodedata
+
+    from django.core.management import call_command
+
+    durable.schedules.create("esc", "shop.backup", "\x1b[2J\u202e", Daily("02:00", "Europe/Oslo"))
+    run_id = durable.schedules.trigger("esc")
+    [run] = durable.schedules.runs("esc")
+    args, kwargs, _ = scheduled_message(ScheduledRun("esc", run.due, run.input))
+    durable.app.tasks["shop.backup"].apply(args, kwargs, task_id=run_id)
+    out = io.StringIO()
+    call_command("durable_runs", "esc", stdout=out)
+    printed = out.getvalue()
+    assert "backed up \\u001b[2J\\u202e" in printed
+    assert not [c for c in printed if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")]

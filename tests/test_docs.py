@@ -21,6 +21,9 @@ Markers, an HTML comment on the last non-blank line before the fence:
 * ``<!-- docs-test: skip REASON -->`` -- the block is not run; the reason is required.
 * ``<!-- docs-test: file NAME -->`` -- the block is written to ``NAME`` in the page's temp dir
   (for the project module that later blocks import or name with ``celery -A``), not run.
+* ``<!-- docs-test: output -->`` -- on a ``text`` block right after a ``python`` block: what
+  that block prints, compared doctest style. A ``python`` block that prints without one fails,
+  so a page cannot show output its code does not produce.
 
 docs/cli.md's ``python`` and ``console`` blocks are run by tests/test_cli_docs.py (in process,
 with their outputs); here they are only parsed.
@@ -29,7 +32,9 @@ with their outputs); here they are only parsed.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import doctest
+import io
 import json
 import os
 import re
@@ -97,9 +102,9 @@ def blocks_of(page: Path) -> list[Block]:
         marker = MARKER.match(previous)
         if marker:
             action, argument = marker.groups()
-            if action not in ("skip", "file"):
+            if action not in ("skip", "file", "output"):
                 pytest.fail(f"docs/{page.name}:{start + 1}: unknown docs-test marker {action!r}")
-            if not argument:
+            if not argument and action != "output":
                 pytest.fail(
                     f"docs/{page.name}:{start + 1}: 'docs-test: {action}' needs "
                     + ("a reason" if action == "skip" else "a file name")
@@ -187,8 +192,14 @@ def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.M
     modules_before = set(sys.modules)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     try:
-        for block in blocks:
-            check_block(block, namespace, tmp_path, env)
+        for i, block in enumerate(blocks):
+            if block.action == "output":
+                follows = blocks[i - 1] if i else None
+                if follows is None or follows.language != "python" or follows.action != "run":
+                    pytest.fail(f"{block.where}: an output block must follow a python block")
+                continue
+            shown = blocks[i + 1] if i + 1 < len(blocks) else None
+            check_block(block, namespace, tmp_path, env, shown if _is_output(shown) else None)
     finally:
         close_durables(namespace)
         for name in set(sys.modules) - modules_before:
@@ -198,7 +209,17 @@ def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.M
                 del sys.modules[name]
 
 
-def check_block(block: Block, namespace: dict[str, object], tmp: Path, env: dict[str, str]) -> None:
+def _is_output(block: Block | None) -> bool:
+    return block is not None and block.action == "output"
+
+
+def check_block(
+    block: Block,
+    namespace: dict[str, object],
+    tmp: Path,
+    env: dict[str, str],
+    output: Block | None = None,
+) -> None:
     if block.action == "skip":
         excerpt = re.match(r"excerpt of (\S+)", block.argument)
         if excerpt:  # the code shown must be the code that runs
@@ -214,8 +235,7 @@ def check_block(block: Block, namespace: dict[str, object], tmp: Path, env: dict
         return
     language = block.language
     if language == "python":
-        code = compile(block.text, block.where, "exec")
-        exec(code, namespace)
+        run_python(block, namespace, output)
     elif language == "pycon":
         run_doctest(block, namespace)
     elif language == "console":
@@ -230,6 +250,24 @@ def check_block(block: Block, namespace: dict[str, object], tmp: Path, env: dict
             f"{block.where}: a {language or 'untagged'!s} block is neither run nor checked: "
             "give it a language (python, pycon, console, bash, json, toml, ini) or mark it "
             "'<!-- docs-test: skip REASON -->'"
+        )
+
+
+def run_python(block: Block, namespace: dict[str, object], output: Block | None) -> None:
+    """Execute a python block; what it prints must be the page's output block below it."""
+    code = compile(block.text, block.where, "exec")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, namespace)
+    got = printed.getvalue()
+    if output is None:
+        assert not got, (
+            f"{block.where}: the block prints {got!r}, but the page shows no output: add a "
+            "text block marked '<!-- docs-test: output -->' below it with what it prints"
+        )
+    elif not doctest.OutputChecker().check_output(output.text, got, _FLAGS):
+        pytest.fail(
+            f"{block.where}: prints\n{got}but the page shows ({output.where})\n{output.text}"
         )
 
 
@@ -383,3 +421,38 @@ def test_markers_are_checked(tmp_path: Path) -> None:
         with pytest.raises(pytest.fail.Exception):
             blocks_of(page)
     assert console_examples("$ a \\\n  b\nout\n$ c\n") == [("a \\\n  b", "out\n"), ("c", "")]
+
+
+def test_what_a_python_block_prints_is_checked(tmp_path: Path) -> None:
+    """A snippet that prints something else than the page shows fails (docs/flask.md once showed
+    a greeting that its scheduled task could never print); one that prints unshown output too."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        textwrap.dedent(
+            """\
+            ```python
+            def greet(name):
+                return f"hello {name}"
+            print(greet({"run": "ScheduledRun(...)"}))
+            ```
+
+            <!-- docs-test: output -->
+            ```text
+            hello Ada
+            ```
+
+            ```python
+            print(greet("Ada"))
+            ```
+            """
+        )
+    )
+    code, output, unshown = blocks_of(page)
+    assert output.action == "output" and not _is_output(unshown)
+    namespace: dict[str, object] = {}
+    with pytest.raises(pytest.fail.Exception, match="but the page shows"):
+        run_python(code, namespace, output)
+    with pytest.raises(AssertionError, match="shows no output"):
+        run_python(unshown, namespace, None)
+    output.text = "hello {...}\n"
+    run_python(code, namespace, output)  # ELLIPSIS, as in pycon blocks

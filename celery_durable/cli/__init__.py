@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ from celery_durable.cli.run import run
 from celery_durable.cli.runs import runs
 from celery_durable.cli.schedules import schedules
 
-__all__ = ["durable", "main"]
+__all__ = ["bound_group", "durable", "main"]
 
 _COMMANDS = (schedules, runs, run, index, db)
 
@@ -48,7 +49,10 @@ def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool)
         from celery import current_app
 
         app = current_app
-    start_session(ctx, app, url, as_json, traceback)
+    # Without -A (or $CELERY_APP) Celery hands over its default app, which has no tasks and
+    # no journal of its own.
+    given = ctx.find_root().params.get("app") is not None
+    start_session(ctx, app, url, as_json, traceback, app_given=given)
 
 
 @click.group(cls=DurableGroup, name="celery_durable")
@@ -76,6 +80,23 @@ def main(
         os.chdir(workdir)
     app = _load_app(app_name) if app_name else None  # required by commands, not by --help
     start_session(ctx, app, url, as_json, traceback)
+
+
+def bound_group(group: click.Group, app: Callable[[], Any], name: str) -> click.Group:
+    """``group``'s own commands under a root taking the global options, for the app ``app()``.
+
+    The Django management command ``durable_schedules`` is this over ``schedules``: the same
+    click commands, so the same options, output, exit codes and confirmations as
+    ``celery -A proj durable schedules``.
+    """
+
+    @click.group(cls=DurableGroup, name=name, commands=dict(group.commands), help=group.help)
+    @_global_options
+    @click.pass_context
+    def root(ctx: click.Context, url: str | None, as_json: bool, traceback: bool) -> None:
+        start_session(ctx, app(), url, as_json, traceback)
+
+    return root
 
 
 def _load_app(name: str) -> Any:

@@ -1,7 +1,8 @@
 """What every ``celery durable`` command shares: the session, errors and exit codes, output.
 
 Exit codes (docs/cli.md): 0 ok, 1 any other error, 2 invalid input, 3 not found, 4 conflict,
-5 the run ended without a value (faulted, cancelled, parked), 6 the run has not ended yet.
+5 the run ended without a value (faulted, cancelled, parked), 6 the run has not ended yet,
+141 stdout was closed by its reader (`… | head`), quietly.
 Every error is one line on stderr, ``Error: …``; a traceback only with ``--traceback``.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone, tzinfo
 from functools import partial
@@ -31,8 +34,11 @@ NOT_FOUND = 3
 CONFLICT = 4
 RUN_NOT_OK = 5
 NOT_ENDED = 6
+BROKEN_PIPE = 141
+"""The reader of stdout went away (``… | head``): the status a shell shows for SIGPIPE."""
 
 _META = "celery_durable.cli"
+_URL_VARIABLE = "CELERY_DURABLE_URL"
 F = TypeVar("F", bound=Callable[..., Any])
 
 option = partial(click.option, allow_from_autoenv=False)
@@ -60,7 +66,42 @@ def not_found(message: str) -> CliError:
 
 
 def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return printable(" ".join(str(text).split()))
+
+
+SHOWN_ID_LENGTH = 80
+"""Characters of a user's ID echoed in a message; longer ones are cut with a note."""
+
+
+def shown(text: object) -> str:
+    """``text`` quoted for a message (``repr``), cut to ``SHOWN_ID_LENGTH`` characters.
+
+    A mistyped 100,000-character argument is named, not echoed back in full.
+    """
+    value = str(text)
+    if len(value) <= SHOWN_ID_LENGTH:
+        return repr(value)
+    return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` with every control and format character (Unicode Cc, Cf) written as an escape.
+
+    Stored data reaches the terminal only through this: an ESC sequence in a schedule's input
+    cannot recolour or clear the screen, a U+202E cannot reverse a line. ``keep`` lists
+    characters left as they are (the newlines between lines of output).
+    """
+    if text.isprintable():  # the common case costs one C-level scan
+        return text
+    return "".join(
+        repr(c)[1:-1] if c not in keep and unicodedata.category(c) in ("Cc", "Cf") else c
+        for c in text
+    )
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """``click.echo`` of a line (or lines) of output, control characters escaped."""
+    click.echo(printable(text, keep="\n"), err=err)
 
 
 # -- the session: app, Durable, output mode ------------------------------------------------
@@ -69,9 +110,10 @@ def one_line(text: str) -> str:
 class Session:
     """Per-invocation state kept in ``ctx.meta``: the app, ``--url``, ``--json``."""
 
-    def __init__(self, app: Any, url: str | None) -> None:
+    def __init__(self, app: Any, url: str | None, *, app_given: bool = True) -> None:
         self.app = app
         self.url = url
+        self.app_given = app_given
         self.json = False
         self.traceback = False
         self._durable: Durable | None = None
@@ -85,12 +127,38 @@ class Session:
 
             if self.app is None:
                 raise invalid("give the Celery app with -A/--app MODULE (or set CELERY_APP)")
-
+            if not self.app_given and self.url is None and not os.environ.get(_URL_VARIABLE):
+                # Celery's default app knows no journal: reading "its" journal would create an
+                # empty ./celery_durable.db and show nothing (docs/cli.md, "Which journal").
+                raise invalid(
+                    "no Celery app given: give -A/--app MODULE, as for the worker and beat "
+                    f"(or name the journal with --url or ${_URL_VARIABLE})"
+                )
+            self._load_app()
             if self.url is not None:
                 self._durable, self._own = Durable(self.app, self.url), True
             else:
                 self._durable = Durable.for_app(self.app)
         return self._durable
+
+    def _load_app(self) -> None:
+        """What a worker does first: import the task modules (and set Django up)."""
+        from celery_durable.config import import_task_modules
+
+        try:
+            import_task_modules(self.app)
+        except Exception as exc:
+            raise CliError(
+                f"cannot import the task modules of app {self.app.main!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if "django" in sys.modules:
+            from django.apps import apps
+
+            if apps.ready and apps.is_installed("celery_durable.contrib.django"):
+                from celery_durable.contrib.django import configure
+
+                configure(self.app)  # the journal the admin, beat and workers use
 
     def close(self) -> None:
         if self._durable is not None and self._own:
@@ -112,7 +180,15 @@ class Session:
         return found
 
 
-def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, tb: bool) -> None:
+def start_session(
+    ctx: click.Context,
+    app: Any,
+    url: str | None,
+    as_json: bool,
+    tb: bool,
+    *,
+    app_given: bool = True,
+) -> None:
     """Called by the ``durable`` group (and ``python -m celery_durable``) before a command."""
     if url is not None:
         from celery_durable.errors import JournalError
@@ -122,7 +198,7 @@ def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, 
             normalize_url(url)
         except JournalError as exc:
             raise invalid(f"--url: {exc}") from None
-    session = Session(app, url)
+    session = Session(app, url, app_given=app_given)
     session.json = as_json
     session.traceback = tb
     ctx.meta[_META] = session
@@ -196,6 +272,20 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def quiet_broken_pipe() -> int:
+    """End quietly when stdout's reader has gone, as Unix tools do on SIGPIPE.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises ``BrokenPipeError``; stdout is
+    pointed at ``/dev/null`` so the interpreter's final flush cannot raise it again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (stdout replaced in tests)
+        pass
+    return BROKEN_PIPE
+
+
 class DurableGroup(click.Group):
     """A group that turns every exception of its commands into one ``Error:`` line."""
 
@@ -206,6 +296,8 @@ class DurableGroup(click.Group):
             raise
         except CliError:
             raise
+        except BrokenPipeError:
+            raise click.exceptions.Exit(quiet_broken_pipe()) from None
         except click.UsageError as exc:
             hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             raise CliError(exc.format_message() + hint, INVALID) from None
@@ -225,7 +317,16 @@ class DurableGroup(click.Group):
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default))
+    """JSON on stdout; control and format characters stay JSON escapes (``\\u001b``)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default)
+    if not text.isprintable():
+        # Only characters inside strings can be non-printable here: ``\\uXXXX`` is the same
+        # string to a JSON reader, and harmless to a terminal.
+        text = "".join(
+            json.dumps(c)[1:-1] if c != "\n" and unicodedata.category(c) in ("Cc", "Cf") else c
+            for c in text
+        )
+    click.echo(text)
 
 
 def _json_default(value: Any) -> Any:
@@ -238,7 +339,9 @@ def _json_default(value: Any) -> Any:
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Aligned columns, two spaces apart; the last column is not padded."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    cells = [[str(h) for h in headers]] + [
+        ["" if c is None else printable(str(c)) for c in r] for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -249,9 +352,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def fields(pairs: Iterable[tuple[str, Any]]) -> str:
     """``Label   value`` lines for a detail view (``None`` values left out)."""
-    shown = [(k, v) for k, v in pairs if v is not None and v != ""]
-    width = max((len(k) for k, _ in shown), default=0)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in shown)
+    present = [(k, printable(str(v))) for k, v in pairs if v is not None and v != ""]
+    width = max((len(k) for k, _ in present), default=0)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in present)
 
 
 def utc_json(moment: datetime | None) -> str | None:

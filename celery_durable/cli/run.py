@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -13,12 +12,14 @@ from celery_durable.cli.common import (
     RUN_NOT_OK,
     CliError,
     DurableGroup,
+    echo,
     emit_json,
     invalid,
     json_option,
     not_found,
     option,
     session,
+    shown,
 )
 
 
@@ -50,19 +51,19 @@ def result(run_id: str, timeout: float, wait: bool) -> None:
     try:
         found = current.durable.outcome(run_id, None if wait else timeout)
     except LookupError:
-        raise not_found(f"no durable run {run_id!r} has started") from None
+        raise not_found(f"no durable run {shown(run_id)} has started") from None
     except TimeoutError:
         waited = "" if not timeout else f" within {timeout:g} s"
-        raise CliError(f"run {run_id!r} has not ended{waited}", NOT_ENDED) from None
+        raise CliError(f"run {shown(run_id)} has not ended{waited}", NOT_ENDED) from None
     if isinstance(found, Finished):
         if current.json:
             emit_json({"run_id": run_id, "outcome": "finished", "value": found.value})
         else:
-            click.echo(json.dumps(found.value, indent=2, ensure_ascii=False))
+            emit_json(found.value)
         return
     if isinstance(found, Cancelled):
         data: dict[str, Any] = {"run_id": run_id, "outcome": "cancelled"}
-        message = f"run {run_id!r} was cancelled"
+        message = f"run {shown(run_id)} was cancelled"
     else:
         kind = "parked" if found.kind == "parked" else "faulted"
         data = {
@@ -72,7 +73,7 @@ def result(run_id: str, timeout: float, wait: bool) -> None:
             "error_type": found.error_type,
             "kind": found.kind,
         }
-        message = f"run {run_id!r} {kind}: {found.error_type}: {found.error}"
+        message = f"run {shown(run_id)} {kind}: {found.error_type}: {found.error}"
     if current.json:
         emit_json(data)
     raise CliError(message, RUN_NOT_OK)
@@ -87,13 +88,13 @@ def cancel(run_id: str) -> None:
     try:
         stored = current.durable.cancel(run_id)
     except LookupError:
-        raise not_found(f"no durable run {run_id!r} has started") from None
+        raise not_found(f"no durable run {shown(run_id)} has started") from None
     if current.json:
         emit_json({"run_id": run_id, "cancel_requested": stored})
     elif stored:
-        click.echo(f"cancel requested for run {run_id!r}")
+        echo(f"cancel requested for run {shown(run_id)}")
     else:
-        click.echo(f"run {run_id!r} has ended or a cancel was already requested; nothing done")
+        echo(f"run {shown(run_id)} has ended or a cancel was already requested; nothing done")
 
 
 @run.command()
@@ -111,4 +112,4 @@ def signal(run_id: str, name: str, payload: str | None) -> None:
     if current.json:
         emit_json({"run_id": run_id, "signal": name, "stored": True})
     else:
-        click.echo(f"signal {name!r} stored for run {run_id!r}")
+        echo(f"signal {name!r} stored for run {shown(run_id)}")

@@ -13,6 +13,7 @@ import click
 from celery_durable.cli.common import (
     DurableGroup,
     display_zone,
+    echo,
     emit_json,
     fields,
     json_option,
@@ -20,6 +21,7 @@ from celery_durable.cli.common import (
     not_found,
     option,
     session,
+    shown,
     table,
     utc_text,
 )
@@ -107,7 +109,7 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
     if schedule_id is not None:
         view = api.state(schedule_id)
         if view is None:
-            raise not_found(f"schedule {schedule_id!r} not found")
+            raise not_found(f"schedule {shown(schedule_id)} not found")
         schedule_views = [view]
     else:
         schedule_views = api.list(include_deleted=True)
@@ -131,7 +133,7 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
         emit_json([data for _, data, _ in items])
         return
     if not items:
-        click.echo("No runs.")
+        echo("No runs.")
         return
     table_rows = []
     for _, data, view in items:
@@ -146,7 +148,7 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
                 data["task"] or "-",
             )
         )
-    click.echo(table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), table_rows))
+    echo(table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), table_rows))
 
 
 # -- one run in detail ---------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def show(run_id: str) -> None:
     events = durable.journal.read_stream(run_stream(run_id))
     row = durable.runs.row(run_id)
     if view is None and not events and row is None:
-        raise not_found(f"run {run_id!r} not found")
+        raise not_found(f"run {shown(run_id)} not found")
     zone = display_zone(schedule, current.app) if schedule is not None else None
     run_data = None
     if view is not None:
@@ -257,10 +259,10 @@ def _print_run(
             ("Signals", pending or None),
             ("Outcome", shown),
         ]
-    click.echo(fields(lines))
+    echo(fields(lines))
     if d is None or not d["steps"]:
         return
-    click.echo("\nSteps")
+    echo("\nSteps")
     rows = []
     for step in d["steps"]:
         if step["error"] is not None:
@@ -272,11 +274,11 @@ def _print_run(
         rows.append(
             (step["position"], step["name"], step["kind"], step["status"], step["attempts"], last)
         )
-    click.echo(table(("POS", "NAME", "KIND", "STATUS", "ATTEMPTS", "RESULT / ERROR"), rows))
+    echo(table(("POS", "NAME", "KIND", "STATUS", "ATTEMPTS", "RESULT / ERROR"), rows))
     failures = [(s["position"], a) for s in d["steps"] for a in s["failed_attempts"]]
     if failures:
-        click.echo("\nFailed attempts")
-        click.echo(
+        echo("\nFailed attempts")
+        echo(
             table(
                 ("POS", "ATTEMPT", "AT (UTC)", "ERROR", "RETRY AT (UTC)"),
                 [

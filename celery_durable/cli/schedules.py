@@ -13,6 +13,7 @@ from celery_durable.cli import parse
 from celery_durable.cli.common import (
     DurableGroup,
     display_zone,
+    echo,
     emit_json,
     fields,
     invalid,
@@ -22,6 +23,7 @@ from celery_durable.cli.common import (
     not_found,
     option,
     session,
+    shown,
     table,
     utc_json,
     utc_text,
@@ -40,7 +42,7 @@ def require(schedule_id: str) -> Any:
     """The schedule's view; exit 3 when it was never created."""
     view = session().durable.schedules.state(schedule_id)
     if view is None:
-        raise not_found(f"schedule {schedule_id!r} not found")
+        raise not_found(f"schedule {shown(schedule_id)} not found")
     return view
 
 
@@ -57,12 +59,12 @@ def _print_changed(verb: str, schedule_id: str, changed: bool, view: Any) -> Non
         return
     done = {"create": "created", "change": "changed", "pause": "paused", "resume": "resumed"}
     if not changed:
-        click.echo(f"schedule {schedule_id!r} unchanged (already {_already(verb, view)})")
+        echo(f"schedule {shown(schedule_id)} unchanged (already {_already(verb, view)})")
     else:
-        click.echo(f"schedule {schedule_id!r} {done.get(verb, verb + 'd')}")
+        echo(f"schedule {shown(schedule_id)} {done.get(verb, verb + 'd')}")
     if view is not None and view.next_due is not None:
         zone = display_zone(view, current.app)
-        click.echo(f"next due {utc_text(view.next_due)} ({local_text(view.next_due, zone)})")
+        echo(f"next due {utc_text(view.next_due)} ({local_text(view.next_due, zone)})")
 
 
 def _already(verb: str, view: Any) -> str:
@@ -80,14 +82,15 @@ def _already(verb: str, view: Any) -> str:
 @option("--all", "show_all", is_flag=True, help="Include deleted schedules.")
 @json_option
 def list_(show_all: bool) -> None:
-    """List schedules with their next due time in UTC and in the schedule's zone."""
+    """List schedules: their last run (due time of the newest decided run, UTC) and next due
+    time in UTC and in the schedule's zone."""
     current = session()
     views = current.durable.schedules.list(include_deleted=show_all)
     if current.json:
         emit_json([schedule_json(v, current.app) for v in views])
         return
     if not views:
-        click.echo("No schedules.")
+        echo("No schedules.")
         return
     rows = []
     for view in views:
@@ -98,11 +101,21 @@ def list_(show_all: bool) -> None:
                 view.task,
                 view.rule.describe(),
                 status_of(view),
+                utc_text(view.last_due),
                 utc_text(view.next_due),
                 local_text(view.next_due, zone),
             )
         )
-    click.echo(table(("ID", "TASK", "RULE", "STATUS", "NEXT DUE (UTC)", "NEXT DUE (LOCAL)"), rows))
+    headers = (
+        "ID",
+        "TASK",
+        "RULE",
+        "STATUS",
+        "LAST RUN (UTC)",
+        "NEXT DUE (UTC)",
+        "NEXT DUE (LOCAL)",
+    )
+    echo(table(headers, rows))
 
 
 @schedules.command()
@@ -142,7 +155,7 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
         emit_json(data)
         return
     options = ", ".join(f"{k}={_json_text(v)}" for k, v in sorted(view.options.items())) or None
-    click.echo(
+    echo(
         fields(
             [
                 ("ID", view.id),
@@ -157,17 +170,18 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
                 ("Created", f"{utc_text(view.created_at)}  ({local_text(view.created_at, zone)})"),
                 ("Anchor", f"{utc_text(view.anchor)}  ({local_text(view.anchor, zone)})"),
                 ("Runs decided", view.runs_decided),
+                ("Last run", utc_text(view.last_due) if view.last_due else None),
                 ("Runs pending", view.pending or None),
             ]
         )
     )
     if coming:
-        click.echo("\nNext due times")
+        echo("\nNext due times")
         rows = [(utc_text(d), local_text(d, zone)) for d in coming]
-        click.echo(table(("UTC", "LOCAL"), rows))
+        echo(table(("UTC", "LOCAL"), rows))
     if recent:
-        click.echo("\nRecent runs")
-        click.echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
+        echo("\nRecent runs")
+        echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
 
 
 def _json_text(value: Any) -> str:
@@ -369,7 +383,7 @@ def delete(schedule_id: str, yes: bool) -> None:
     if not yes and not before.deleted:
         if not sys.stdin.isatty():
             raise invalid("deleting is permanent: pass --yes to confirm")
-        click.confirm(f"Delete schedule {schedule_id!r} for good?", abort=True, err=True)
+        click.confirm(f"Delete schedule {shown(schedule_id)} for good?", abort=True, err=True)
     api.delete(schedule_id)
     after = api.state(schedule_id)
     _print_changed("delete", schedule_id, not before.deleted, after)
@@ -392,7 +406,7 @@ def trigger(schedule_id: str) -> None:
     if current.json:
         emit_json({"action": "trigger", "schedule_id": schedule_id, "run_id": run_id})
     else:
-        click.echo(run_id)
+        echo(run_id)
 
 
 @schedules.command()
@@ -415,5 +429,5 @@ def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
         emit_json({"action": "backfill", "schedule_id": schedule_id, "run_ids": run_ids})
         return
     for run_id in run_ids:
-        click.echo(run_id)
-    click.echo(f"{len(run_ids)} run(s) decided", err=True)
+        echo(run_id)
+    echo(f"{len(run_ids)} run(s) decided", err=True)

@@ -47,6 +47,7 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "anchor": utc_json(view.anchor),
         "created_at": utc_json(view.created_at),
         "runs_decided": view.runs_decided,
+        "last_run": utc_json(view.last_due),
         "pending": view.pending,
         "version": view.version,
     }

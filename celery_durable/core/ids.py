@@ -8,6 +8,7 @@ character stream column after escaping: hence the 205-character budget of S1.
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import datetime, timezone
 from urllib.parse import quote
 
@@ -51,11 +52,28 @@ def check_text(value: object, what: str, *, max_length: int = 255, rule: str | N
     return value
 
 
-def check_schedule_id(schedule_id: object, task_name: str | None = None) -> str:
+def first_control(text: str) -> str | None:
+    """The first control or format character of ``text`` (Unicode Cc or Cf), else ``None``.
+
+    Newlines forge log lines, ESC sequences drive terminals and U+202E reverses what a reader
+    sees: none of them belongs in an identifier (S1).
+    """
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            return char
+    return None
+
+
+def check_schedule_id(
+    schedule_id: object, task_name: str | None = None, *, stored: bool = False
+) -> str:
     """Validate a schedule ID against S1 and return it.
 
-    Raises ``InvalidSchedule`` naming the broken rule: blank, ``~``, longer than
-    ``MAX_ID_LENGTH``, or escaped task name plus escaped ID above ``MAX_ESCAPED_LENGTH``.
+    Raises ``InvalidSchedule`` naming the broken rule: blank, ``~``, a control or format
+    character, leading or trailing whitespace, longer than ``MAX_ID_LENGTH``, or escaped task
+    name plus escaped ID above ``MAX_ESCAPED_LENGTH``. With ``stored=True`` (reading, pausing
+    or deleting a schedule that exists) the character checks added to S1 on 2026-12-03 are left
+    out, so that an ID stored before them can still be read and deleted.
     """
     if isinstance(schedule_id, str) and len(schedule_id) > MAX_ID_LENGTH:
         raise InvalidSchedule(
@@ -65,6 +83,15 @@ def check_schedule_id(schedule_id: object, task_name: str | None = None) -> str:
     sid = check_text(schedule_id, "schedule ID", max_length=MAX_ID_LENGTH, rule="S1")
     if "~" in sid:
         raise InvalidSchedule("schedule ID must not contain '~'", rule="S1")
+    control = None if stored else first_control(sid)
+    if control is not None:
+        raise InvalidSchedule(
+            f"schedule ID must not contain control or format characters "
+            f"(found {control!r} at position {sid.index(control)})",
+            rule="S1",
+        )
+    if not stored and sid != sid.strip():
+        raise InvalidSchedule("schedule ID must not start or end with whitespace", rule="S1")
     if task_name is not None:
         used = len(escape(task_name)) + len(escape(sid))
         if used > MAX_ESCAPED_LENGTH:
@@ -126,7 +153,7 @@ def parse_run_id(text: str) -> tuple[str, datetime]:
     if not isinstance(text, str) or "@" not in text:
         raise InvalidSchedule(f"{text!r} is not a run ID (<schedule>@<due UTC>)", rule="S2")
     schedule_id, _, due = text.rpartition("@")
-    check_schedule_id(schedule_id)
+    check_schedule_id(schedule_id, stored=True)
     return schedule_id, parse_due(due)
 
 

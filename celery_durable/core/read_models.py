@@ -32,6 +32,8 @@ class ScheduleView:
     pending: int
     """Decided runs whose message is not on the broker yet."""
     version: int
+    last_due: datetime | None = None
+    """The due time of the newest decided run (a trigger's is its moment), ``None`` before one."""
 
     @property
     def complete(self) -> bool:

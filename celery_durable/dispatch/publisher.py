@@ -98,7 +98,7 @@ class Publisher:
             if pending.run_id not in self._failed_logged:
                 self._failed_logged.add(pending.run_id)
                 log.error(
-                    "run %s of schedule %s (due %s, task %s) can never be enqueued: %s",
+                    "run %r of schedule %r (due %s, task %r) can never be enqueued: %s",
                     pending.run_id,
                     sid,
                     time_to_json(pending.due),
@@ -160,7 +160,7 @@ class Publisher:
             return
         self._missing_logged[sid] = due
         log.error(
-            "schedule %s: task %s is not registered; nothing is decided for due time %s",
+            "schedule %r: task %r is not registered; nothing is decided for due time %s",
             sid,
             task,
             time_to_json(due),

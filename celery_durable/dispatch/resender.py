@@ -45,7 +45,7 @@ class Resender:
                     resend.send(self.app, retry=False, producer=producer)
                     sent.append(resend.run_id)
                     log.info(
-                        "re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id}
+                        "re-sent durable run %r", resend.run_id, extra={"run_id": resend.run_id}
                     )
         except Exception as exc:
             log.warning("could not re-send durable runs: %s: %s", type(exc).__name__, exc)

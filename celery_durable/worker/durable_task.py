@@ -217,7 +217,7 @@ def deliver(
             delay = journal_backoff(retries)
             log.log(
                 logging.WARNING if isinstance(away.error, JournalUnavailable) else logging.ERROR,
-                "run %s: the journal cannot be used before the run is claimed (%s: %s); "
+                "run %r: the journal cannot be used before the run is claimed (%s: %s); "
                 "nothing has run, the message is sent again in %.0f s (attempt %d)",
                 run_id, type(away.error).__name__, away.error, delay, retries + 1,
             )  # fmt: skip
@@ -227,7 +227,7 @@ def deliver(
             retries = _retries(task)
             delay = journal_backoff(retries)
             log.warning(
-                "run %s: %s; the message is sent again in %.0f s (attempt %d)",
+                "run %r: %s; the message is sent again in %.0f s (attempt %d)",
                 run_id, exc, delay, retries + 1,
             )  # fmt: skip
             if eager:
@@ -286,7 +286,7 @@ def _send_again(
         signature.apply_async()
     except Exception as exc:
         log.error(
-            "run %s: cannot publish the message again (%s: %s); it is rejected and requeued",
+            "run %r: cannot publish the message again (%s: %s); it is rejected and requeued",
             task.request.id, type(exc).__name__, exc,
         )  # fmt: skip
         return Reject(exc, requeue=True)
@@ -358,14 +358,14 @@ def _claimed(
         now = runtime.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
-            log.info("run %s has ended already; returning its stored outcome", run_id)
+            log.info("run %r has ended already; returning its stored outcome", run_id)
             return True, decision
         if isinstance(decision, Busy):
             limit = run.short_sleep
             if (decision.until - now).total_seconds() <= limit:
                 raise _Later(decision.until)
             log.info(
-                "run %s is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
+                "run %r is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
             )
             return True, None
         if isinstance(decision, NotYet):
@@ -482,7 +482,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
         _end(run, RUN_FINISHED, FINISHED, {"result": value})
         return value
     except LostClaim:
-        log.warning("run %s was claimed by another delivery; this one stops (W8)", run.run_id)
+        log.warning("run %r was claimed by another delivery; this one stops (W8)", run.run_id)
         return None
     finally:
         run.deactivate(token)

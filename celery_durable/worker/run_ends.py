@@ -58,4 +58,4 @@ def _on_postrun(
             schedule_id, lambda now: MarkEnded(due=due, outcome=str(outcome), now=now)
         )
     except Exception:  # never fail the task because the end could not be recorded
-        log.exception("could not record the end of run %s of schedule %s", task_id, schedule_id)
+        log.exception("could not record the end of run %r of schedule %r", task_id, schedule_id)

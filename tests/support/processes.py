@@ -51,6 +51,22 @@ def child_env(extra: Mapping[str, str] | None = None, *, inherit: bool = True) -
     return env
 
 
+def run_child(
+    command: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end with exactly ``env``; text output captured, any exit code."""
+    return subprocess.run(
+        list(command),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 class ProcessExited(AssertionError):
     """A background process exited while it was still expected to run."""
 

@@ -171,11 +171,10 @@ def get_durable(app: Celery | None = None) -> Durable:
     Task modules are imported first (as a worker would), so that the admin knows the tasks
     that ``app.autodiscover_tasks()`` finds.
     """
+    from celery_durable.config import import_task_modules
     from celery_durable.durable import Durable
 
     app = app if app is not None else celery_app()
     configure(app)
-    if not getattr(app, "_celery_durable_imported", False):
-        app.loader.import_default_modules()
-        app._celery_durable_imported = True
+    import_task_modules(app)
     return Durable.for_app(app)

@@ -99,18 +99,34 @@ class RunRow:
 
 
 def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
-    """The runs with their durable-run state and outcome (read from the run's journal)."""
+    """The runs with their durable-run state and outcome (read from the run's journal).
+
+    A run the schedule still holds as ``decided`` whose durable run has begun was enqueued:
+    the dispatcher stored the decision and sent the message but not yet (or, after a crash,
+    never) recorded the start (A6). It is shown as ``started``, so that no page says "not yet
+    enqueued" next to the outcome of a run a worker has already executed.
+    """
     rows = []
     for run in runs:
         state, outcome, detail = run.state, run.outcome or "", run.error or ""
         if run.state in ("started", "decided"):
             record = durable.runs.row(run.run_id)
             if record is not None:
+                state = "started"
                 outcome = str(record["status"])
                 if outcome in _ENDED:
                     outcome, detail = _outcome(durable, run.run_id, outcome)
         rows.append(RunRow(run=run, state=state, outcome=outcome, detail=detail))
     return rows
+
+
+UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu", "GMT"})
+"""Names of UTC: with such a ``TIME_ZONE`` the pages show one time, not UTC twice."""
+
+
+def shows_local_time() -> bool:
+    """Whether the current Django time zone differs from UTC by name (``TIME_ZONE``)."""
+    return dj_timezone.get_current_timezone_name() not in UTC_ZONES
 
 
 def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
@@ -121,13 +137,30 @@ def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
     except (LookupError, TimeoutError):
         return status, ""
     if isinstance(found, Finished):
-        return "finished", _short(found.value)
+        # A task that returns nothing finished without a value: no JSON "null" to puzzle over.
+        return "finished", "" if found.value is None else _short(found.value)
     if isinstance(found, Faulted):
         kind = "parked" if found.kind == "parked" else "faulted"
         return kind, f"{found.error_type}: {found.error}"
     if isinstance(found, Cancelled):
         return "cancelled", ""
     return status, ""  # pragma: no cover - the three outcomes above are all there are
+
+
+def breakable(text: str) -> str:
+    """``text`` as HTML that may wrap after ``.``, ``_``, ``/`` and ``,``.
+
+    Task names (``shop.send_monthly_report``) and zones (``America/Argentina/Buenos_Aires``)
+    are single words to a browser; without these break points one long name widens its
+    column until the columns after it leave the window.
+    """
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    html = str(escape(text))
+    for mark in (".", "_", "/", ","):
+        html = html.replace(mark, mark + "<wbr>")
+    return mark_safe(html)  # escaped above; only <wbr> is added
 
 
 def _query(**params: str) -> str:
@@ -187,6 +220,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             "has_change_permission": self.has_change_permission(request),
             "has_delete_permission": self.has_delete_permission(request),
             "local_zone": dj_timezone.get_current_timezone_name(),
+            "show_local": shows_local_time(),
             **extra,
         }
 
@@ -223,7 +257,8 @@ class ScheduleAdmin(admin.ModelAdmin):
                 "view": v,
                 "status": status_of(v),
                 "url": self._url("change", v.id),
-                "rule": v.rule.describe(),
+                "rule": breakable(v.rule.describe()),
+                "task": breakable(v.task),
                 "next_utc": utc_text(v.next_due),
                 "next_local": local_text(v.next_due),
             }
@@ -350,6 +385,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             "list[RunView]",
             durable.schedules.runs(view.id, limit=None if all_runs else RUNS_SHOWN + 1),
         )
+        shown_runs = run_rows(durable, runs[: None if all_runs else RUNS_SHOWN])
         context = self._context(
             request,
             f"Schedule {view.id}",
@@ -363,7 +399,8 @@ class ScheduleAdmin(admin.ModelAdmin):
             next_local=local_text(view.next_due),
             anchor_utc=utc_text(view.anchor),
             created_utc=utc_text(view.created_at),
-            runs=run_rows(durable, runs[: None if all_runs else RUNS_SHOWN]),
+            runs=shown_runs,
+            not_enqueued=sum(1 for row in shown_runs if row.state == "decided"),
             more_runs=not all_runs and len(runs) > RUNS_SHOWN,
             urls={
                 name: self._url(name, view.id) for name in ("pause", "resume", "trigger", "delete")

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from celery_durable.cli.common import printable
 from celery_durable.contrib.django import get_durable
 from celery_durable.contrib.django.admin import run_rows, utc_text
 from celery_durable.errors import DurableError
@@ -48,4 +49,4 @@ class Command(BaseCommand):
                 line += f"  {r.outcome}"
             if r.detail:
                 line += f"  {r.detail}"
-            self.stdout.write(line)
+            self.stdout.write(printable(line))  # stored data: no raw control characters

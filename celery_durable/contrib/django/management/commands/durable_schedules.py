@@ -1,107 +1,70 @@
-"""``manage.py durable_schedules list|show|pause|resume|delete|trigger``: thin library calls.
+"""``manage.py durable_schedules …``: the ``schedules`` commands of ``celery -A proj durable``.
 
-The same verbs as ``celery -A proj durable schedules``; the journal and Celery app are the
-ones the Django integration resolves (``CELERY_DURABLE_URL``, else the default database).
+Not a copy: the very click commands of docs/cli.md (list, show, create, change, pause, resume,
+delete, trigger, backfill) with their options, output, exit codes and confirmations, run on the
+Celery app and journal the Django integration resolves (``CELERY_DURABLE_APP``, else Celery's
+current app; ``CELERY_DURABLE_URL``, else the default database).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import argparse
+import contextlib
+import os
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.admin import local_text, status_of, utc_text
-from celery_durable.core.read_models import ScheduleView
-from celery_durable.errors import DurableError
+# Options ``manage.py`` itself has read before the command runs (with or without ``=value``).
+_DJANGO_GLOBAL = ("--settings", "--pythonpath")
 
 
-def schedule_json(view: ScheduleView) -> dict[str, Any]:
-    """The JSON form of a schedule printed by ``--json``."""
-    return {
-        "id": view.id,
-        "task": view.task,
-        "rule": view.rule.to_json(),
-        "input": view.input,
-        "status": status_of(view),
-        "catch_up": view.catch_up.value,
-        "overlap": view.overlap.value,
-        "next_due": None if view.next_due is None else view.next_due.isoformat(),
-        "runs_decided": view.runs_decided,
-    }
+def _without_django_options(args: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _DJANGO_GLOBAL:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in _DJANGO_GLOBAL)):
+            kept.append(arg)
+    return kept
 
 
 class Command(BaseCommand):
-    help = "List durable schedules, or pause, resume, delete or trigger them."
+    help = "The 'schedules' commands of 'celery -A proj durable' (see --help)."
+    requires_system_checks: list[str] = []
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-        listing = verbs.add_parser("list", help="List schedules (not deleted ones, unless --all).")
-        listing.add_argument("--all", action="store_true", help="Include deleted schedules.")
-        listing.add_argument("--json", action="store_true", help="Print JSON.")
-        show = verbs.add_parser("show", help="Show one schedule.")
-        show.add_argument("schedule_id")
-        show.add_argument("--json", action="store_true", help="Print JSON.")
-        for verb, text in (
-            ("pause", "Pause schedules: no run starts until resumed."),
-            ("resume", "Resume paused schedules from their next due time."),
-            ("delete", "Delete schedules for good (their IDs can never be used again)."),
-            ("trigger", "Start one run of each schedule now, outside its rule."),
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        # For call_command: everything after the command name goes to click untouched.
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.add_argument("args", nargs=argparse.REMAINDER)
+        return parser
+
+    def run_from_argv(self, argv: list[str]) -> NoReturn:
+        """``manage.py durable_schedules ARGS``: click parses ARGS (``--help`` included)."""
+        prog = f"{os.path.basename(argv[0])} {argv[1]}"
+        raise SystemExit(self._run(_without_django_options(argv[2:]), prog))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """``call_command("durable_schedules", "list", stdout=…)``; non-zero exit → CommandError."""
+        code = self._run([str(a) for a in args], "manage.py durable_schedules")
+        if code:
+            raise CommandError(f"durable_schedules exited with {code}", returncode=code)
+
+    def _run(self, args: list[str], prog: str) -> int:
+        from celery_durable.cli import bound_group
+        from celery_durable.cli.schedules import schedules
+        from celery_durable.contrib.django import celery_app
+
+        group = bound_group(schedules, celery_app, "durable_schedules")
+        with (
+            contextlib.redirect_stdout(self.stdout._out),
+            contextlib.redirect_stderr(self.stderr._out),
         ):
-            sub = verbs.add_parser(verb, help=text)
-            sub.add_argument("schedule_ids", nargs="+", metavar="SCHEDULE_ID")
-
-    def handle(self, *args: Any, verb: str, **options: Any) -> None:
-        durable = get_durable()
-        if verb == "list":
-            views = durable.schedules.list(include_deleted=options["all"])
-            if options["json"]:
-                self.stdout.write(json.dumps([schedule_json(v) for v in views], indent=2))
-                return
-            rows = [
-                (v.id, status_of(v), v.task, v.rule.describe(), utc_text(v.next_due)) for v in views
-            ]
-            self._table(("ID", "STATUS", "TASK", "RULE", "NEXT RUN (UTC)"), rows)
-            return
-        if verb == "show":
-            view = durable.schedules.state(options["schedule_id"])
-            if view is None:
-                raise CommandError(f"no durable schedule {options['schedule_id']!r}")
-            if options["json"]:
-                self.stdout.write(json.dumps(schedule_json(view), indent=2))
-                return
-            for label, value in (
-                ("ID", view.id),
-                ("Status", status_of(view)),
-                ("Task", view.task),
-                ("Rule", view.rule.describe()),
-                ("Input", json.dumps(view.input)),
-                ("Catch-up", view.catch_up.name),
-                ("Overlap", view.overlap.name),
-                ("Next run (UTC)", utc_text(view.next_due)),
-                ("Next run (local)", local_text(view.next_due)),
-                ("Runs decided", view.runs_decided),
-            ):
-                self.stdout.write(f"{label + ':':<18}{value}")
-            return
-        failed = 0
-        for sid in options["schedule_ids"]:
             try:
-                result = getattr(durable.schedules, verb)(sid)
-            except DurableError as exc:
-                failed += 1
-                self.stderr.write(f"{sid}: {exc}")
-                continue
-            past = {"pause": "paused", "resume": "resumed", "delete": "deleted"}
-            done = f"triggered run {result}" if verb == "trigger" else past[verb]
-            self.stdout.write(f"{sid}: {done}")
-        if failed:
-            raise CommandError(f"{failed} of {len(options['schedule_ids'])} failed")
-
-    def _table(self, headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-        cells = [headers, *[tuple(str(c) for c in row) for row in rows]]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        for row in cells:
-            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-            self.stdout.write(line.rstrip())
+                group.main(args=args, prog_name=prog, standalone_mode=True)
+            except SystemExit as exc:
+                return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return 0
