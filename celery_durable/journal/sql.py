@@ -1,4 +1,4 @@
-"""The SQL journal: SQLAlchemy Core over SQLite (a file) or PostgreSQL (psycopg 3).
+"""The SQL journal: SQLAlchemy Core over SQLite (a file), PostgreSQL (psycopg 3) or MySQL/MariaDB.
 
 Three decisions shape this module; docs/journal.md gives the measurements behind them.
 
@@ -13,6 +13,9 @@ Three decisions shape this module; docs/journal.md gives the measurements behind
 * **PostgreSQL commit order equals position order for ordered categories.** Positions come
   from a sequence and are handed out at INSERT, not at COMMIT; a transaction-scoped advisory lock
   per ordered category makes writers of that category insert and commit one after another.
+  MySQL/MariaDB hand out ``AUTO_INCREMENT`` positions at INSERT too; there the lock is the
+  category's row of ``celery_durable_locks``, locked by an ``INSERT … ON DUPLICATE KEY UPDATE``
+  (an exclusive row lock that InnoDB holds until COMMIT or ROLLBACK, like the advisory lock).
 """
 
 from __future__ import annotations
@@ -50,8 +53,15 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 from sqlalchemy.sql import ColumnElement, Insert, Select
 
 from celery_durable.errors import AppendConflict, JournalError
@@ -67,6 +77,7 @@ from celery_durable.journal.encoding import (
     encode_data,
 )
 from celery_durable.journal.urls import (
+    is_mysql,
     is_sqlite,
     normalize_url,
     redact,
@@ -110,6 +121,22 @@ def advisory_key(name: str) -> int:
 
 _SCHEMA_LOCK_KEY = advisory_key("schema")
 _LOCK_STMT = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger)))
+
+# MySQL/MariaDB: the category lock. ON DUPLICATE KEY UPDATE takes an exclusive lock on the
+# existing row (and a new row is locked by its insertion); InnoDB keeps it until the end of the
+# transaction and detects deadlocks with other row locks, as PostgreSQL does for advisory locks.
+_MYSQL_LOCK_STMT = (
+    mysql.insert(schema.category_locks)
+    .values(name=bindparam("name", type_=String(64)))
+    .on_duplicate_key_update(name=schema.category_locks.c.name)
+)
+#: Server-side name of the MySQL/MariaDB session lock that serialises schema creation (DDL
+#: commits implicitly, so no row lock can span it).
+MYSQL_SCHEMA_LOCK = "celery_durable:schema"
+_MYSQL_SCHEMA_LOCK_WAIT_S = 60
+# MySQL error numbers: duplicate key, deadlock (InnoDB rolled the transaction back).
+_ER_DUP_ENTRY = 1062
+_ER_LOCK_DEADLOCK = 1213
 
 # One statement stores one event. The WHERE clause lets the row in only when the stream's
 # previous version exists (or the event is version 1); a concurrent writer of the same version
@@ -183,7 +210,14 @@ class SqlJournal:
     safe across ``fork()`` (children drop the parent's pooled connections).
 
     ``ordered_categories``: categories whose readers follow positions (the schedule index);
-    on PostgreSQL their writers are serialised so that commit order equals position order.
+    on PostgreSQL and MySQL their writers are serialised so that commit order equals position
+    order.
+
+    On MySQL/MariaDB the engine defaults to ``READ COMMITTED`` (as PostgreSQL: each statement
+    sees the latest commits, and InnoDB takes no gap locks), ``pool_pre_ping`` and a
+    ``pool_recycle`` of 30 minutes, so that connections the server closed after
+    ``wait_timeout`` are replaced instead of failing (docs/howto-mysql.md); ``engine_options``
+    overrides them.
 
     Example::
 
@@ -204,6 +238,7 @@ class SqlJournal:
         self._sa_url = normalize_url(url)
         self.url = redact(self._sa_url)
         self._sqlite = is_sqlite(self._sa_url)
+        self._mysql = is_mysql(self._sa_url)
         synchronous = str(sqlite_synchronous).upper()
         if synchronous not in _SYNCHRONOUS_MODES:
             raise ValueError(
@@ -219,7 +254,10 @@ class SqlJournal:
         connect_args: dict[str, Any] = dict(secrets)
         if self._sqlite:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
-        options: dict[str, Any] = {"echo": echo, **(engine_options or {})}
+        options: dict[str, Any] = {"echo": echo}
+        if self._mysql:
+            options.update(MYSQL_ENGINE_DEFAULTS)
+        options.update(engine_options or {})
         options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
         # Two views of one pool. ``_core`` serves the journal's own statements; on SQLite its
         # write transactions emit BEGIN IMMEDIATE themselves (_write_connection). ``engine``, for
@@ -274,6 +312,9 @@ class SqlJournal:
         attempts = 3
         for attempt in range(1, attempts + 1):
             try:
+                if self._mysql:
+                    self._initialise_mysql()
+                    return
                 with self._write_connection() as conn:
                     if not self._sqlite:
                         # Serialises initialisers; SQLite's BEGIN IMMEDIATE already has.
@@ -291,6 +332,36 @@ class SqlJournal:
                 log.info("journal tables created concurrently at %s; checking again", self.url)
             except DBAPIError as exc:
                 raise JournalError(f"cannot open the journal at {self.url}: {exc.orig}") from exc
+
+    def _initialise_mysql(self) -> None:
+        """``ensure_schema`` under a named session lock (``GET_LOCK``), released at the end.
+
+        DDL commits implicitly on MySQL, so a transaction's row lock could not cover it; a
+        session lock does, and the server drops it if this connection dies.
+        """
+        with self._core.connect() as conn:
+            got = conn.execute(
+                select(func.get_lock(MYSQL_SCHEMA_LOCK, _MYSQL_SCHEMA_LOCK_WAIT_S))
+            ).scalar()
+            conn.commit()
+            if got != 1:
+                raise JournalError(
+                    f"waited {_MYSQL_SCHEMA_LOCK_WAIT_S} s for another process creating the "
+                    f"journal tables at {self.url}"
+                )
+            try:
+                with conn.begin():
+                    schema.ensure_schema(conn)
+                    if self.ordered_categories:
+                        # The lock rows exist before the first writer: it then only locks one.
+                        conn.execute(
+                            mysql.insert(schema.category_locks).prefix_with("IGNORE"),
+                            [{"name": name} for name in sorted(self.ordered_categories)],
+                        )
+            finally:
+                with contextlib.suppress(SQLAlchemyError):
+                    conn.execute(select(func.release_lock(MYSQL_SCHEMA_LOCK)))
+                    conn.commit()
 
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
@@ -424,18 +495,16 @@ class SqlJournal:
             needed = sorted(
                 ({row["category"] for row in rows} & self.ordered_categories) - state.locked
             )
-            if len(needed) == 1:
+            if len(needed) == 1 and not self._mysql:
                 statement = _INSERT_LOCKED_STMT
                 for row in rows:
                     row["lock_key"] = self._lock_keys[needed[0]]
             else:
-                # Sorted: two transactions that need the same locks take them in the same order.
-                for category in needed:
-                    conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+                self._take_locks(conn, needed)
             state.locked.update(needed)
         try:
             result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
-        except IntegrityError as exc:
+        except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not _is_version_conflict(exc):
                 raise
@@ -463,8 +532,7 @@ class SqlJournal:
             needed = sorted(
                 ({r["category"] for r in rows} & self.ordered_categories) - state.locked
             )
-            for category in needed:  # before any position is drawn, in a fixed order
-                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+            self._take_locks(conn, needed)  # before any position is drawn
             state.locked.update(needed)
         names = [a.stream for a in appends]
         current: dict[str, int] = {}
@@ -487,18 +555,29 @@ class SqlJournal:
                     actual_version=found,
                 )
         try:
-            if self._sqlite:
+            if self._sqlite or self._mysql:
+                # On MySQL the drivers turn an executemany of INSERT … VALUES into multi-row
+                # INSERTs (PyMySQL: statements of up to ~1 MB, under max_allowed_packet).
                 plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
                 conn.execute(insert(_events), plain)
             else:
                 copy_rows(
                     conn, _events, _COPY_COLUMNS, (tuple(r[c] for c in _COPY_COLUMNS) for r in rows)
                 )
-        except IntegrityError as exc:
+        except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not _is_version_conflict(exc):
                 raise
             raise self._conflict(appends) from None
+
+    def _take_locks(self, conn: Connection, categories: Sequence[str]) -> None:
+        """Lock the (sorted) categories for this transaction: two transactions that need the
+        same locks take them in the same order."""
+        for category in categories:
+            if self._mysql:
+                conn.execute(_MYSQL_LOCK_STMT, {"name": category})
+            else:
+                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
 
     def _conflict(self, appends: Sequence[Append]) -> AppendConflict:
         """Tell which append does not fit the committed state of its stream.
@@ -614,6 +693,15 @@ def _on_sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+#: Engine options for MySQL/MariaDB (``engine_options`` overrides them). READ COMMITTED as on
+#: PostgreSQL; pre-ping and recycling so that a connection the server closed (``wait_timeout``,
+#: a restart, a proxy's idle cut) is replaced before use rather than failing a statement.
+MYSQL_ENGINE_DEFAULTS: Mapping[str, Any] = {
+    "isolation_level": "READ COMMITTED",
+    "pool_pre_ping": True,
+    "pool_recycle": 1800,
+}
+
 _COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
 
 
@@ -657,7 +745,22 @@ def copy_rows(
         ) from exc
 
 
-def _is_version_conflict(exc: IntegrityError) -> bool:
+def _is_version_conflict(exc: DBAPIError) -> bool:
+    """Whether an append failed because another writer stored one of its versions first.
+
+    On MySQL/MariaDB a deadlock between two appends counts too: InnoDB has rolled one of
+    them back, and under READ COMMITTED (no gap locks) two appends can only deadlock on keys
+    they both insert, i.e. versions of a stream they both write.
+    """
+    args = getattr(exc.orig, "args", ())
+    if args and isinstance(args[0], int) and len(args) > 1:
+        code, message = args[0], str(args[1])
+        if code == _ER_LOCK_DEADLOCK:
+            return True
+        if code == _ER_DUP_ENTRY:
+            return _VERSION_CONSTRAINT in message
+    if not isinstance(exc, IntegrityError):
+        return False
     diag = getattr(exc.orig, "diag", None)
     if diag is not None:
         return getattr(diag, "constraint_name", None) == _VERSION_CONSTRAINT
