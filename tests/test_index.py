@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -58,8 +59,9 @@ def test_start_up_reads_only_events_after_the_position(durable: Durable, clock: 
     positions_read: list[int] = []
 
     def spy(conn, cursor, statement, parameters, context, executemany):
-        if "celery_durable_events" in statement and "position >" in statement:
-            if isinstance(parameters, dict):  # psycopg: named parameters
+        # MySQL quotes the column: `position`.
+        if "celery_durable_events" in statement and re.search(r"position`? >", statement):
+            if isinstance(parameters, dict):  # psycopg, PyMySQL: named parameters
                 positions_read.extend(v for k, v in parameters.items() if k.startswith("position"))
             else:  # sqlite: the position comes first, then LIMIT and OFFSET
                 positions_read.append(parameters[0])
