@@ -183,15 +183,21 @@ def test_state_reads_row_plus_newer_events(durable: Durable, clock: FakeClock) -
     assert view is not None and view.paused and view.runs_decided == 3
 
 
-def test_postgres_out_of_order_commits_are_not_skipped(
-    pg_url: str, app: Celery, clock: FakeClock
+@pytest.fixture(params=["postgres", "mysql"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """PostgreSQL or MariaDB: positions drawn at INSERT, so commits can come out of order."""
+    return str(request.getfixturevalue({"postgres": "pg_url", "mysql": "mysql_url"}[request.param]))
+
+
+def test_out_of_order_commits_are_not_skipped(
+    server_url: str, app: Celery, clock: FakeClock
 ) -> None:
     """Writer A takes a position and holds its transaction; writer B appends after it.
 
     Without ordering, B would commit first with the higher position, the projection would read
     it and move past A's position for ever. The journal makes B wait for A (D2).
     """
-    durable = Durable(app, pg_url, clock=clock)
+    durable = Durable(app, server_url, clock=clock)
     durable.schedules.create("seed", "noop", None, Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
     dispatcher.tick()
