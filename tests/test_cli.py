@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 from celery_durable import Durable
 from celery_durable.retry import Retry
 from tests.support.processes import REPO_ROOT, child_env
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -556,6 +557,20 @@ def test_db_init_sql_prints_ddl_without_connecting(tmp_path: Path) -> None:
     assert "s3cret" not in text and "hush" not in text and "bob:***@db.invalid" in text
     data = as_json(pg, "db", "init", "--sql")
     assert data["dialect"] == "postgresql" and "s3cret" not in json.dumps(data)
+
+
+def test_db_init_sql_prints_mysql_and_mariadb_ddl_without_connecting() -> None:
+    port = free_port()  # nothing listens: a connection attempt would fail the command
+    text = ok(f"mysql+pymysql://bob:s3cret@127.0.0.1:{port}/prod", "db", "init", "--sql")
+    assert text.startswith("-- celery_durable schema for mysql")
+    assert "mariadb:// URL" in text
+    assert "position BIGINT NOT NULL AUTO_INCREMENT" in text and "LONGTEXT" in text
+    assert "DATETIME(6)" in text and "ENGINE=InnoDB CHARSET=utf8mb4" in text
+    assert text.count("COLLATE=utf8mb4_0900_bin") == text.count("CREATE TABLE") == 7
+    assert "CREATE TABLE celery_durable_locks" in text and "s3cret" not in text
+    text = ok(f"mariadb://bob@127.0.0.1:{port}/prod", "db", "init", "--sql")
+    assert text.startswith("-- celery_durable schema for mariadb")
+    assert text.count("COLLATE=utf8mb4_nopad_bin") == text.count("CREATE TABLE") == 7
 
 
 def test_passwords_never_appear_in_errors() -> None:
