@@ -705,7 +705,7 @@ def ensure_amqp(url: str) -> ServiceHandle:
 # --------------------------------------------------------------------------------------------
 
 
-def _mysql_connect(url: str, database: str | None = None, **kwargs: Any) -> Any:
+def mysql_connect(url: str, database: str | None = None, **kwargs: Any) -> Any:
     """A PyMySQL connection to the server of a SQLAlchemy ``mysql+pymysql://`` URL."""
     import pymysql
 
@@ -737,7 +737,7 @@ def ensure_mysql(url: str) -> ServiceHandle:
             ".ci/run) or point CELERY_DURABLE_TEST_MYSQL_URL at one"
         )
     try:
-        _mysql_connect(url).close()
+        mysql_connect(url).close()
     except Exception as exc:
         raise ServiceError(
             f"MariaDB/MySQL at {redact_url(url)} answers but is unusable: {exc}"
@@ -747,7 +747,7 @@ def ensure_mysql(url: str) -> ServiceHandle:
 
 def drop_mysql_database(url: str, database: str) -> None:
     """``DROP DATABASE`` — after killing sessions still in it (a killed worker's, a leak)."""
-    conn = _mysql_connect(url)
+    conn = mysql_connect(url)
     try:
         with conn.cursor() as cursor:
             cursor.execute("SET SESSION lock_wait_timeout = 5")
@@ -776,7 +776,7 @@ def isolated_database(url: str) -> Iterator[str]:
     then drop it."""
     parsed = make_url(url)
     database = f"{parsed.database or 'test'}_{uuid.uuid4().hex[:10]}"
-    conn = _mysql_connect(url)
+    conn = mysql_connect(url)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
