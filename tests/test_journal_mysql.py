@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from celery_durable.errors import AppendConflict
 from celery_durable.journal import Append, NewEvent, SqlJournal, schema
 from celery_durable.journal.encoding import encode_data
 from tests.support.tcpproxy import TcpProxy
@@ -176,3 +177,14 @@ def test_a_server_restart_between_appends_is_invisible(mysql_url: str) -> None:
     finally:
         journal.close()
         proxy.cut()
+
+
+def test_a_deleted_lock_row_costs_one_conflict_then_is_recreated(journal: SqlJournal) -> None:
+    """Ordered appends read their category's row of celery_durable_locks FOR UPDATE: without
+    it they would store nothing, for ever. The journal recreates it; a retry then works."""
+    with journal.engine.begin() as conn:
+        conn.execute(sa.delete(schema.category_locks))
+    with pytest.raises(AppendConflict):
+        journal.append("schedule/s", 0, [NewEvent(type="Created")])
+    assert journal.append("schedule/s", 0, [NewEvent(type="Created")]) == 1
+    assert [e.version for e in journal.read_stream("schedule/s")] == [1]

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import select as io_select
 import sqlite3
 import threading
 import time
@@ -57,6 +58,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     DBAPIError,
+    DisconnectionError,
     IntegrityError,
     OperationalError,
     ProgrammingError,
@@ -145,7 +147,7 @@ _ER_LOCK_DEADLOCK = 1213
 _prev = _events.alias("prev")
 
 
-def _insert_statement(*, with_lock: bool) -> Insert:
+def _insert_statement(*, with_lock: bool, mysql_lock: bool = False) -> Insert:
     rows = select(
         bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
         bindparam("version", type_=Integer),
@@ -164,7 +166,20 @@ def _insert_statement(*, with_lock: bool) -> Insert:
             ),
         )
     )
-    if with_lock:
+    if mysql_lock:
+        # MySQL/MariaDB: the same idea with the category's row of celery_durable_locks, read
+        # FOR UPDATE in a derived table. The derived table is materialised (the row locked, or
+        # waited for) before the first row is written, hence before an AUTO_INCREMENT position
+        # is drawn -- and before InnoDB takes its AUTO-INC table lock for INSERT ... SELECT, so
+        # a writer waiting here does not hold up other tables' writers of the events table.
+        lock_row = (
+            select(schema.category_locks.c.name)
+            .where(schema.category_locks.c.name == bindparam("lock_name", type_=String(64)))
+            .with_for_update()
+            .subquery("category_lock")
+        )
+        rows = rows.select_from(lock_row)
+    elif with_lock:
         # PostgreSQL only: the row is produced by scanning a one-row subquery that takes the
         # category's advisory lock, so the lock is held before the row's position is drawn
         # (nextval() is evaluated when the row is projected). Saves the round trip of a
@@ -182,6 +197,7 @@ _BULK_ROWS = 64
 
 _INSERT_STMT = _insert_statement(with_lock=False)
 _INSERT_LOCKED_STMT = _insert_statement(with_lock=True)
+_INSERT_MYSQL_LOCKED_STMT = _insert_statement(with_lock=False, mysql_lock=True)
 
 _EVENT_COLUMNS = (
     _events.c.position,
@@ -214,10 +230,10 @@ class SqlJournal:
     order.
 
     On MySQL/MariaDB the engine defaults to ``READ COMMITTED`` (as PostgreSQL: each statement
-    sees the latest commits, and InnoDB takes no gap locks), ``pool_pre_ping`` and a
-    ``pool_recycle`` of 30 minutes, so that connections the server closed after
-    ``wait_timeout`` are replaced instead of failing (docs/howto-mysql.md); ``engine_options``
-    overrides them.
+    sees the latest commits, and InnoDB takes no gap locks), a liveness check at checkout
+    (PyMySQL: the socket, no round trip; mysqlclient: ``pool_pre_ping``) and a ``pool_recycle``
+    of 30 minutes, so that connections the server closed after ``wait_timeout`` are replaced
+    instead of failing (docs/howto-mysql.md); ``engine_options`` overrides them.
 
     Example::
 
@@ -255,8 +271,13 @@ class SqlJournal:
         if self._sqlite:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
         options: dict[str, Any] = {"echo": echo}
+        # PyMySQL exposes its socket: a closed connection is told without a round trip
+        # (_closed_by_server) instead of pool_pre_ping's COM_PING (~60 µs per checkout).
+        local_check = self._mysql and engine_url.get_driver_name() == "pymysql"
         if self._mysql:
-            options.update(MYSQL_ENGINE_DEFAULTS)
+            options.update(MYSQL_ENGINE_DEFAULTS, pool_pre_ping=not local_check)
+        if engine_options and "pool_pre_ping" in engine_options:
+            local_check = False  # the caller decides how connections are checked
         options.update(engine_options or {})
         options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
         # Two views of one pool. ``_core`` serves the journal's own statements; on SQLite its
@@ -267,6 +288,8 @@ class SqlJournal:
         # costs ~20 µs per append (docs/journal.md, "Cost").
         self._core: Engine = create_engine(engine_url, **options)
         self.engine: Engine = self._core
+        if local_check:
+            event.listen(self._core, "checkout", _closed_by_server)
         if self._sqlite:
             event.listen(self._core, "connect", self._on_sqlite_connect)
             self.engine = self._core.execution_options()
@@ -352,16 +375,32 @@ class SqlJournal:
             try:
                 with conn.begin():
                     schema.ensure_schema(conn)
-                    if self.ordered_categories:
-                        # The lock rows exist before the first writer: it then only locks one.
-                        conn.execute(
-                            mysql.insert(schema.category_locks).prefix_with("IGNORE"),
-                            [{"name": name} for name in sorted(self.ordered_categories)],
-                        )
+                    # The lock rows exist before the first writer, which reads them FOR UPDATE.
+                    self._insert_lock_rows(conn)
             finally:
                 with contextlib.suppress(SQLAlchemyError):
                     conn.execute(select(func.release_lock(MYSQL_SCHEMA_LOCK)))
                     conn.commit()
+
+    def _insert_lock_rows(self, conn: Connection) -> int:
+        """``INSERT IGNORE`` the lock row of every ordered category; how many were missing."""
+        if not self.ordered_categories:
+            return 0
+        rows = [{"name": name} for name in sorted(self.ordered_categories)]
+        statement = mysql.insert(schema.category_locks).prefix_with("IGNORE")
+        return int(conn.execute(statement, rows).rowcount)
+
+    def _restore_lock_rows(self) -> None:
+        """Recreate missing rows of ``celery_durable_locks`` (someone deleted them): without
+        its row, a category's appends would insert nothing. The caller's retry then works."""
+        try:
+            with self._core.begin() as conn:
+                missing = self._insert_lock_rows(conn)
+        except DBAPIError:
+            log.warning("could not check the category lock rows", exc_info=True)
+            return
+        if missing:
+            log.warning("recreated %d missing row(s) of celery_durable_locks", missing)
 
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
@@ -495,7 +534,11 @@ class SqlJournal:
             needed = sorted(
                 ({row["category"] for row in rows} & self.ordered_categories) - state.locked
             )
-            if len(needed) == 1 and not self._mysql:
+            if len(needed) == 1 and self._mysql:
+                statement = _INSERT_MYSQL_LOCKED_STMT
+                for row in rows:
+                    row["lock_name"] = needed[0]
+            elif len(needed) == 1:
                 statement = _INSERT_LOCKED_STMT
                 for row in rows:
                     row["lock_key"] = self._lock_keys[needed[0]]
@@ -512,6 +555,8 @@ class SqlJournal:
         if result.rowcount != len(rows):
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
+            if statement is _INSERT_MYSQL_LOCKED_STMT:
+                self._restore_lock_rows()  # or the category's lock row was deleted
             raise self._conflict(appends)
 
     def _append_bulk(
@@ -693,9 +738,29 @@ def _on_sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _closed_by_server(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    """Pool checkout on PyMySQL: refuse a connection the server has closed, at no round trip.
+
+    An idle MySQL connection has nothing to read. When the server closes it (``wait_timeout``,
+    a restart, ``KILL``, a proxy's cut) the socket turns readable: end of file, or the error
+    packet MySQL sends first. ``DisconnectionError`` makes the pool discard it and hand out a
+    fresh connection (SQLAlchemy's "custom pessimistic ping" recipe).
+    """
+    sock = getattr(dbapi_conn, "_sock", None)
+    if sock is None:
+        raise DisconnectionError("the MySQL connection is closed")
+    try:
+        readable, _, _ = io_select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        raise DisconnectionError("the MySQL connection's socket is unusable") from None
+    if readable:
+        raise DisconnectionError("the MySQL server closed the connection")
+
+
 #: Engine options for MySQL/MariaDB (``engine_options`` overrides them). READ COMMITTED as on
-#: PostgreSQL; pre-ping and recycling so that a connection the server closed (``wait_timeout``,
-#: a restart, a proxy's idle cut) is replaced before use rather than failing a statement.
+#: PostgreSQL; pre-ping (with mysqlclient; PyMySQL checks its socket instead) and recycling so
+#: that a connection the server closed (``wait_timeout``, a restart, a proxy's idle cut) is
+#: replaced before use rather than failing a statement.
 MYSQL_ENGINE_DEFAULTS: Mapping[str, Any] = {
     "isolation_level": "READ COMMITTED",
     "pool_pre_ping": True,

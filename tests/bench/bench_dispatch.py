@@ -237,9 +237,24 @@ def sqlite_journal() -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def mysql_journal() -> Iterator[str]:
+    """A fresh MariaDB/MySQL database beside ``CELERY_DURABLE_TEST_MYSQL_URL``, dropped at the end."""
+    from tests.support.services import isolated_database
+
+    base = os.environ.get(
+        "CELERY_DURABLE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+    )
+    with isolated_database(base) as url:
+        yield url
+
+
+@contextlib.contextmanager
 def journal(backend: str, pg_base: str) -> Iterator[str]:
     if backend == "postgres":
         with pg_journal(pg_base) as url:
+            yield url
+    elif backend == "mysql":
+        with mysql_journal() as url:
             yield url
     else:
         with sqlite_journal() as url:
@@ -1303,8 +1318,8 @@ def tables(rec: Recorder, a: argparse.Namespace) -> str:
     w = out.append
     peers = rec.of("peer_beat")
     pub = rec.of("peer_publish")
-    bb = {b: rec.of("burst_beat", backend=b) for b in ("postgres", "sqlite")}
-    if peers or bb["postgres"] or bb["sqlite"]:
+    bb = {b: rec.of("burst_beat", backend=b) for b in ("postgres", "sqlite", "mysql")}
+    if peers or any(bb.values()):
         n = a.n_burst
         w(f"\n### Burst: {n:,} schedules all due at once → on Redis and recorded (same run)\n")
         w(
@@ -1354,13 +1369,14 @@ def tables(rec: Recorder, a: argparse.Namespace) -> str:
                         f"| {v} | {len(rows)} | {fmt([x['wall_s'] for x in rows], 3)} "
                         f"| {fmt([x['msgs_per_s'] for x in rows], 0)} |"
                     )
-        pg = bb["postgres"]
-        if pg:
+        for label, pg in (("PostgreSQL", bb["postgres"]), ("MariaDB/MySQL", bb["mysql"])):
+            if not pg:
+                continue
             d_all = med([x["t_all_started_s"] for x in pg])
             d_rate = med([x["runs_per_s_e2e"] for x in pg])
             d_disp = med([x["dispatch_rate"] for x in pg])
             w(
-                "\nRatios, DurableScheduler on PostgreSQL vs each peer (medians of the same run; "
+                f"\nRatios, DurableScheduler on {label} vs each peer (medians of the same run; "
                 "> 1× means the durable scheduler is faster):\n"
             )
             w(
@@ -1404,7 +1420,7 @@ def tables(rec: Recorder, a: argparse.Namespace) -> str:
             "decide (s) | store: events+commit (s) | publish (s) | index reads (s) | runs/s |"
         )
         w("|---|---|---|---|---|---|---|---|---|---|---|")
-        for b in ("postgres", "sqlite"):
+        for b in ("postgres", "sqlite", "mysql"):
             rows = [x for x in tk if x["backend"] == b and "ticks_s" in x]
             if rows:
                 w(
