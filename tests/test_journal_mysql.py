@@ -188,3 +188,35 @@ def test_a_deleted_lock_row_costs_one_conflict_then_is_recreated(journal: SqlJou
         journal.append("schedule/s", 0, [NewEvent(type="Created")])
     assert journal.append("schedule/s", 0, [NewEvent(type="Created")]) == 1
     assert [e.version for e in journal.read_stream("schedule/s")] == [1]
+
+
+def test_an_append_costs_one_statement_and_a_commit(mysql_url: str) -> None:
+    """The category lock is inside the INSERT, liveness is checked on the socket (no COM_PING)
+    and a committed write skips the pool's ROLLBACK: INSERT + COMMIT, like the floor."""
+    journal = SqlJournal(mysql_url, engine_options={"pool_size": 1, "max_overflow": 0})
+    journal.ensure_ready()
+    names = ("Com_insert_select", "Com_commit", "Com_rollback", "Com_select", "Com_admin_commands")
+
+    def counters() -> dict[str, int]:
+        with journal.engine.connect() as conn:
+            rows = conn.execute(sa.text("SHOW SESSION STATUS")).all()
+        return {name: int(value) for name, value in rows if name in names}
+
+    try:
+        idle = counters()
+        reading = {name: value - idle[name] for name, value in counters().items()}
+        before = counters()
+        for k in range(10):
+            journal.append("schedule/s", k, [NewEvent(type="T")])
+            journal.append("run/r", k, [NewEvent(type="T")])
+        after = counters()
+    finally:
+        journal.close()
+    used = {name: after[name] - before[name] - reading[name] for name in names}
+    assert used == {
+        "Com_insert_select": 20,
+        "Com_commit": 20,
+        "Com_rollback": 0,
+        "Com_select": 0,
+        "Com_admin_commands": 0,  # COM_PING would count here
+    }
