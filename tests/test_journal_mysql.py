@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from celery_durable.errors import AppendConflict
-from celery_durable.journal import Append, NewEvent, SqlJournal, schema
-from celery_durable.journal.encoding import encode_data
+from celery_durable.store.journal import Append, NewEvent, SqlJournal, schema
+from celery_durable.store.journal.encoding import encode_data
 from tests.support.tcpproxy import TcpProxy
 
 OUR_TABLES = sorted([*schema.metadata.tables, schema.category_locks.name])

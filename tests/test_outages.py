@@ -458,7 +458,8 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(
 ) -> None:
     """Found by the chaos harness (UniqueViolation on pk_celery_durable_runs in workers); fixed
     in RunStore.save_in (insert-or-update)."""
-    from celery_durable.runs import Resend, RunStore
+    from celery_durable.message import Resend
+    from celery_durable.store.runs import RunStore
 
     app = Celery(f"race-{uuid.uuid4().hex[:6]}")
     app.conf.update(task_ignore_result=True)
@@ -510,7 +511,7 @@ def test_a_dropped_connection_surfaces_as_the_real_error(
 ) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from celery_durable.journal import Append, NewEvent
+    from celery_durable.core.journal import Append, NewEvent
 
     url, kill = losable
     app = Celery(f"dropped-{uuid.uuid4().hex[:6]}")

@@ -46,8 +46,9 @@ from sqlalchemy.engine import Engine, make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from celery_durable.journal import Append, NewEvent, SqlJournal
-from celery_durable.journal import schema as journal_schema
+from celery_durable.core.journal import Append, NewEvent
+from celery_durable.store.journal import schema as journal_schema
+from celery_durable.store.journal.sql import SqlJournal
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"

@@ -39,7 +39,7 @@ from sqlalchemy.sql.compiler import DDLCompiler
 from sqlalchemy.types import TypeEngine
 
 from celery_durable.errors import JournalError
-from celery_durable.journal.urls import normalize_url
+from celery_durable.store.journal.urls import normalize_url
 
 __all__ = [
     "MYSQL_DIALECTS",
@@ -57,7 +57,7 @@ __all__ = [
     "schema_versions",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("celery_durable.journal.schema")
 
 #: SQLAlchemy's names of the MySQL family (a ``mysql://`` URL may still reach a MariaDB server).
 MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
