@@ -645,7 +645,7 @@ def test_bad_input_is_one_error_line_and_a_distinct_exit_code(
 
 
 def test_bad_url_is_invalid_input() -> None:
-    assert "unsupported journal database" in fails("mysql://x/y", 2, "schedules", "list")
+    assert "unsupported journal database" in fails("mysql+asyncmy://x/y", 2, "schedules", "list")
 
 
 # -- the real entry points -----------------------------------------------------------------------
