@@ -448,80 +448,63 @@ def test_mysql_options_the_journal_cannot_honour_are_refused(
         database_url(entry)
 
 
+def _databases_entry(backend: str, server_url: str) -> dict[str, Any]:
+    """A ``DATABASES`` entry for the test's own PostgreSQL schema or MariaDB database."""
+    url = make_url(server_url)
+    entry: dict[str, Any] = {
+        "NAME": url.database,
+        "USER": url.username,
+        "HOST": url.host,
+        "PORT": url.port,
+    }
+    if backend == "postgres":
+        entry["ENGINE"] = "django.db.backends.postgresql"
+        entry["OPTIONS"] = {"options": url.query["options"]}  # the test's own schema
+    else:
+        entry["ENGINE"] = "django.db.backends.mysql"
+        entry["OPTIONS"] = {
+            "charset": "utf8mb4",
+            "init_command": "SET SESSION sql_mode='TRADITIONAL'",
+        }
+    return entry
+
+
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
-def test_journal_defaults_to_a_mysql_database_of_databases(
-    django_site: None, mysql_url: str
+@pytest.mark.parametrize(
+    ("backend", "prefix"),
+    [("postgres", "postgresql+psycopg://postgres@"), ("mysql", "mysql://root@")],
+)
+def test_journal_defaults_to_a_database_of_databases(
+    django_site: None, backend: str, prefix: str, request: pytest.FixtureRequest
 ) -> None:
-    """A project whose only database is MariaDB: the journal lives there too."""
+    """No durable_url anywhere: the journal is DATABASES[CELERY_DURABLE_DATABASE] -- also for
+    a project whose only database is MariaDB."""
     from django.conf import settings
     from django.test import override_settings
 
     from celery_durable.contrib.django import get_durable
 
-    url = make_url(mysql_url)
-    entry = {
-        "ENGINE": "django.db.backends.mysql",
-        "NAME": url.database,
-        "USER": url.username,
-        "HOST": url.host,
-        "PORT": url.port,
-        "OPTIONS": {"charset": "utf8mb4", "init_command": "SET SESSION sql_mode='TRADITIONAL'"},
-    }
-    app = Celery("django_mysql_db", broker="memory://", set_as_current=False)
+    server_url = str(request.getfixturevalue({"postgres": "pg_url", "mysql": "mysql_url"}[backend]))
+    app = Celery(f"django_{backend}_db", broker="memory://", set_as_current=False)
 
     @app.task(name="t", shared=False)
     def t() -> None:  # pragma: no cover - never run
         return None
 
-    databases = {**settings.DATABASES, "journal": entry}
+    databases = {**settings.DATABASES, "journal": _databases_entry(backend, server_url)}
     with override_settings(
         CELERY_DURABLE_APP=app, CELERY_DURABLE_DATABASE="journal", DATABASES=databases
     ):
         durable = get_durable()
-        assert app.conf.durable_url.startswith("mysql://root@")
+        assert app.conf.durable_url.startswith(prefix)
         durable.schedules.create("s", "t", None, Every(timedelta(hours=1)))
-        with durable.journal.engine.connect() as conn:  # init_command was carried
-            mode = conn.exec_driver_sql("SELECT @@session.sql_mode").scalar()
-        assert "STRICT_ALL_TABLES" in mode  # part of TRADITIONAL, not of the server default
+        if backend == "mysql":
+            with durable.journal.engine.connect() as conn:  # init_command was carried
+                mode = conn.exec_driver_sql("SELECT @@session.sql_mode").scalar()
+            assert "STRICT_ALL_TABLES" in mode  # part of TRADITIONAL, not the server default
         durable.close()
-    check = Durable(Celery("reader", set_as_current=False), mysql_url)
-    assert check.schedules.state("s") is not None
-    check.close()
-
-
-@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
-def test_journal_defaults_to_a_database_of_databases(django_site: None, pg_url: str) -> None:
-    """No durable_url anywhere: the journal is DATABASES[CELERY_DURABLE_DATABASE]."""
-    from django.conf import settings
-    from django.test import override_settings
-
-    from celery_durable.contrib.django import get_durable
-
-    url = make_url(pg_url)
-    entry = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": url.database,
-        "USER": url.username,
-        "HOST": url.host,
-        "PORT": url.port,
-        "OPTIONS": {"options": url.query["options"]},  # the test's own schema
-    }
-    app = Celery("django_default_db", broker="memory://", set_as_current=False)
-
-    @app.task(name="t", shared=False)
-    def t() -> None:  # pragma: no cover - never run
-        return None
-
-    databases = {**settings.DATABASES, "journal": entry}
-    with override_settings(
-        CELERY_DURABLE_APP=app, CELERY_DURABLE_DATABASE="journal", DATABASES=databases
-    ):
-        durable = get_durable()
-        assert app.conf.durable_url.startswith("postgresql+psycopg://postgres@")
-        durable.schedules.create("s", "t", None, Every(timedelta(hours=1)))
-        durable.close()
-    # The schedule is in the test's schema of the PostgreSQL server.
-    check = Durable(Celery("reader", set_as_current=False), pg_url)
+    # The schedule is in the test's own schema / database of the server.
+    check = Durable(Celery("reader", set_as_current=False), server_url)
     assert check.schedules.state("s") is not None
     check.close()
 

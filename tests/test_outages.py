@@ -393,25 +393,6 @@ def _terminate(pg_url: str, application_name: str) -> int:
         )
 
 
-def _kill_mysql_sessions(mysql_url: str) -> int:
-    """KILL every session in the test's own MariaDB database (what a restart does to them)."""
-    database = make_url(mysql_url).database
-    conn = services.mysql_connect(mysql_url)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM information_schema.processlist "
-                "WHERE db = %s AND id <> CONNECTION_ID()",
-                (database,),
-            )
-            ids = [row[0] for row in cursor.fetchall()]
-            for session in ids:
-                cursor.execute(f"KILL {int(session)}")
-    finally:
-        conn.close()
-    return len(ids)
-
-
 @pytest.fixture(params=["postgres", "mysql"])
 def losable(request: pytest.FixtureRequest) -> tuple[str, Callable[[], int]]:
     """A journal URL and a function that kills its server connections (returns how many)."""
@@ -420,7 +401,8 @@ def losable(request: pytest.FixtureRequest) -> tuple[str, Callable[[], int]]:
         url, name = _own_app_name(pg_url)
         return url, lambda: _terminate(pg_url, name)
     mysql_url = str(request.getfixturevalue("mysql_url"))
-    return mysql_url, lambda: _kill_mysql_sessions(mysql_url)
+    database = str(make_url(mysql_url).database)
+    return mysql_url, lambda: services.kill_mysql_sessions(mysql_url, database)
 
 
 def test_journal_connection_lost_during_a_step_does_not_fault_the_run(

@@ -47,9 +47,11 @@ from sqlalchemy.pool import NullPool
 
 from tests.support.processes import REPO_ROOT, child_env
 from tests.support.services import (
+    create_mysql_database,
     drop_mysql_database,
     find_redis_server,
     free_port,
+    kill_mysql_sessions,
     mysql_connect,
 )
 
@@ -99,21 +101,7 @@ class JournalDb:
         """Kill every session in the journal's database (beat's, workers', the harness's)."""
         if self.kind != "mysql":
             return terminate_journal_connections(self.name)
-        conn = mysql_connect(MYSQL_URL)
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id FROM information_schema.processlist "
-                    "WHERE db = %s AND id <> CONNECTION_ID()",
-                    (self.name,),
-                )
-                ids = [row[0] for row in cursor.fetchall()]
-                for session in ids:
-                    with contextlib.suppress(Exception):
-                        cursor.execute(f"KILL {int(session)}")
-        finally:
-            conn.close()
-        return len(ids)
+        return kill_mysql_sessions(MYSQL_URL, self.name)
 
     def lock_events(self, seconds: float) -> None:
         """Block every reader and writer of the events table for ``seconds``."""
@@ -137,12 +125,7 @@ def fresh_databases(keep: bool, journal_kind: str = "postgres") -> Iterator[tupl
     names = [f"chaos_ledger_{suffix}"]
     if journal_kind == "mysql":
         journal = JournalDb("mysql", f"{sa.make_url(MYSQL_URL).database}_chaos_{suffix}")
-        conn = mysql_connect(MYSQL_URL)
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(f"CREATE DATABASE `{journal.name}` CHARACTER SET utf8mb4")
-        finally:
-            conn.close()
+        create_mysql_database(MYSQL_URL, journal.name)
     else:
         journal = JournalDb("postgres", f"chaos_journal_{suffix}")
         names.append(journal.name)

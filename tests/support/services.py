@@ -745,6 +745,35 @@ def ensure_mysql(url: str) -> ServiceHandle:
     return ServiceHandle(name="mysql", url=url, origin="configured")
 
 
+def kill_mysql_sessions(url: str, database: str) -> int:
+    """``KILL`` every other session whose current database is ``database``; how many."""
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM information_schema.processlist "
+                "WHERE db = %s AND id <> CONNECTION_ID()",
+                (database,),
+            )
+            sessions = [int(row[0]) for row in cursor.fetchall()]
+            for session in sessions:
+                with contextlib.suppress(Exception):  # it may have ended meanwhile
+                    cursor.execute(f"KILL {session}")
+    finally:
+        conn.close()
+    return len(sessions)
+
+
+def create_mysql_database(url: str, database: str) -> None:
+    """``CREATE DATABASE`` in utf8mb4 on the server of ``url``."""
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+
+
 def drop_mysql_database(url: str, database: str) -> None:
     """``DROP DATABASE`` — after killing sessions still in it (a killed worker's, a leak)."""
     conn = mysql_connect(url)
@@ -752,14 +781,7 @@ def drop_mysql_database(url: str, database: str) -> None:
         with conn.cursor() as cursor:
             cursor.execute("SET SESSION lock_wait_timeout = 5")
             for _attempt in range(3):
-                cursor.execute(
-                    "SELECT id FROM information_schema.processlist "
-                    "WHERE db = %s AND id <> CONNECTION_ID()",
-                    (database,),
-                )
-                for (session_id,) in cursor.fetchall():
-                    with contextlib.suppress(Exception):
-                        cursor.execute(f"KILL {int(session_id)}")
+                kill_mysql_sessions(url, database)
                 try:
                     cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
                     return
@@ -776,12 +798,7 @@ def isolated_database(url: str) -> Iterator[str]:
     then drop it."""
     parsed = make_url(url)
     database = f"{parsed.database or 'test'}_{uuid.uuid4().hex[:10]}"
-    conn = mysql_connect(url)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
-    finally:
-        conn.close()
+    create_mysql_database(url, database)
     try:
         yield parsed.set(database=database).render_as_string(hide_password=False)
     finally:
