@@ -184,8 +184,8 @@ leases = Table(
 
 #: MySQL/MariaDB only: one row per ordered category, locked ``FOR UPDATE`` by the writers of the
 #: category (the equivalent of PostgreSQL's transaction-scoped advisory lock, see
-#: :mod:`celery_durable.store.journal.sql`). Kept out of :data:`metadata` because the other databases
-#: have no use for it; :func:`ensure_schema` and :func:`ddl` add it on MySQL.
+#: :mod:`celery_durable.store.journal.sql`). Kept out of :data:`metadata` because the other
+#: databases have no use for it; :func:`ensure_schema` and :func:`ddl` add it on MySQL.
 mysql_metadata = MetaData(naming_convention=metadata.naming_convention)
 category_locks = Table(
     "celery_durable_locks",
