@@ -5,10 +5,11 @@ Servers (see ``docs/testing.md``), configured by environment variables:
 * ``CELERY_DURABLE_TEST_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``)
 * ``CELERY_DURABLE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``; the db is flushed!)
 * ``CELERY_DURABLE_TEST_AMQP_URL`` (default ``amqp://guest:guest@127.0.0.1:5672//``)
+* ``CELERY_DURABLE_TEST_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``)
 
 A server is started lazily, the first time a test needs it. If the configured one does not
 answer, a throwaway server is started from a pip-installed wheel (``tests/support/services.py``)
-and stopped at the end of the session (no such wheel exists for RabbitMQ) -- except when
+and stopped at the end of the session (no such wheel exists for RabbitMQ or MariaDB) -- except when
 ``CI=true``: CI must provide the real services, so their absence is an error there. A test
 needing a server that can't be had ERRORS (with a message saying why); it is never skipped.
 
@@ -17,10 +18,14 @@ Fixtures:
 * ``pg_url`` -- SQLAlchemy URL of a fresh, empty PostgreSQL schema (dropped afterwards); every
   connection made with the URL, in any process, has ``search_path`` set to it.
 * ``sqlite_url`` -- ``sqlite:///<tmp_path>/journal.db`` (a file; not created yet).
-* ``journal_url`` -- parametrised: ``sqlite_url`` (id ``sqlite``) and ``pg_url`` (``postgres``).
+* ``mysql_url`` -- SQLAlchemy URL of a fresh, empty MariaDB/MySQL database
+  ``<configured name>_<random>`` (dropped afterwards).
+* ``journal_url`` -- parametrised: ``sqlite_url`` (id ``sqlite``), ``pg_url`` (``postgres``)
+  and ``mysql_url`` (``mysql``).
 * ``redis_url`` -- Redis URL whose database was flushed at the start of the test.
 * ``amqp_url`` -- RabbitMQ URL (checked to answer; no isolation, no fallback).
-* ``postgres_server_url`` / ``redis_server_url`` / ``amqp_server_url`` -- session-scoped URLs of
+* ``postgres_server_url`` / ``redis_server_url`` / ``amqp_server_url`` / ``mysql_server_url``
+  -- session-scoped URLs of
   the servers themselves (database ``test``, no schema isolation; prefer the fixtures above).
 
 Hypothesis profiles: ``ci`` (default) and ``long`` (10,000 examples); pick one with the
@@ -53,6 +58,9 @@ PG_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("CELERY_DURABLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("CELERY_DURABLE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+MYSQL_URL = os.environ.get(
+    "CELERY_DURABLE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
 
 #: In CI the services must be up (``.ci/run`` starts them): no throwaway fallback there.
 IN_CI = services.truthy_env("CI")
@@ -106,6 +114,12 @@ def amqp_server_url() -> Iterator[str]:
     yield from _provide(lambda: services.ensure_amqp(AMQP_URL))
 
 
+@pytest.fixture(scope="session")
+def mysql_server_url() -> Iterator[str]:
+    """SQLAlchemy URL of the MariaDB/MySQL server (configured only: no pip-installable server)."""
+    yield from _provide(lambda: services.ensure_mysql(MYSQL_URL))
+
+
 # ----------------------------------------------------------------------------- per test
 
 
@@ -124,10 +138,19 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'journal.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture
+def mysql_url(mysql_server_url: str) -> Iterator[str]:
+    """``mysql+pymysql://…/<db>_<random>``: a fresh utf8mb4 database for this test only,
+    dropped afterwards (sessions still in it are killed first)."""
+    with services.isolated_database(mysql_server_url) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def journal_url(request: pytest.FixtureRequest) -> str:
-    """The test runs twice: with ``sqlite_url`` (id ``sqlite``) and ``pg_url`` (``postgres``)."""
-    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url"}[request.param]
+    """The test runs three times: with ``sqlite_url`` (id ``sqlite``), ``pg_url``
+    (``postgres``) and ``mysql_url`` (``mysql``)."""
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}[request.param]
     return str(request.getfixturevalue(fixture))
 
 

@@ -1,4 +1,5 @@
-"""The chaos harness in CI (A6, A8, D6, D8, W8): two minutes of faults, then every invariant.
+"""The chaos harness in CI (A6, A8, D6, D8, W8): two minutes of faults, then every invariant;
+then a shorter run with the journal on MariaDB (``--journal mysql``, one minute).
 
 ``python -m tests.chaos.run --minutes 2`` in a subprocess; its table is printed (``pytest -s``
 shows it; it is also in the failure report). Longer runs: ``CELERY_DURABLE_CHAOS_MINUTES``, or run
@@ -16,17 +17,27 @@ import pytest
 from tests.support.processes import REPO_ROOT, child_env, python_command
 
 MINUTES = float(os.environ.get("CELERY_DURABLE_CHAOS_MINUTES", "2"))
+#: The MariaDB run is shorter: the journal code is shared, what it adds is the database.
+MYSQL_MINUTES = min(MINUTES, 1.0)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(MINUTES * 60 + 480))]
 
 
-def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", ["postgres", "mysql"])
+def test_chaos_run_keeps_every_invariant(
+    tmp_path: Path, journal: str, request: pytest.FixtureRequest
+) -> None:
+    minutes = MINUTES if journal == "postgres" else MYSQL_MINUTES
+    env = child_env()
+    if journal == "mysql":
+        # The harness makes its journal database beside the configured one.
+        env["CELERY_DURABLE_TEST_MYSQL_URL"] = request.getfixturevalue("mysql_server_url")
     workdir = tmp_path / "chaos"
     done = subprocess.run(
-        python_command("-m", "tests.chaos.run", "--minutes", str(MINUTES), "--workdir",
-                       str(workdir), "--drain-timeout", "180"),
-        cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
-        timeout=MINUTES * 60 + 420,
+        python_command("-m", "tests.chaos.run", "--minutes", str(minutes), "--workdir",
+                       str(workdir), "--drain-timeout", "180", "--journal", journal),
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=minutes * 60 + 420,
     )  # fmt: skip
     print(done.stdout[-6000:])
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-4000:]

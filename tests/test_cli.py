@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 from celery_durable import Durable
 from celery_durable.core.retry import Retry
 from tests.support.processes import REPO_ROOT, child_env
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -564,6 +565,20 @@ def test_db_init_sql_prints_ddl_without_connecting(tmp_path: Path) -> None:
     assert data["dialect"] == "postgresql" and "s3cret" not in json.dumps(data)
 
 
+def test_db_init_sql_prints_mysql_and_mariadb_ddl_without_connecting() -> None:
+    port = free_port()  # nothing listens: a connection attempt would fail the command
+    text = ok(f"mysql+pymysql://bob:s3cret@127.0.0.1:{port}/prod", "db", "init", "--sql")
+    assert text.startswith("-- celery_durable schema for mysql")
+    assert "mariadb:// URL" in text
+    assert "position BIGINT NOT NULL AUTO_INCREMENT" in text and "LONGTEXT" in text
+    assert "DATETIME(6)" in text and "ENGINE=InnoDB CHARSET=utf8mb4" in text
+    assert text.count("COLLATE=utf8mb4_0900_bin") == text.count("CREATE TABLE") == 7
+    assert "CREATE TABLE celery_durable_locks" in text and "s3cret" not in text
+    text = ok(f"mariadb://bob@127.0.0.1:{port}/prod", "db", "init", "--sql")
+    assert text.startswith("-- celery_durable schema for mariadb")
+    assert text.count("COLLATE=utf8mb4_nopad_bin") == text.count("CREATE TABLE") == 7
+
+
 def test_passwords_never_appear_in_errors() -> None:
     url = "postgresql://bob:s3cret@127.0.0.1:1/prod"
     line = fails(url, 1, "schedules", "list")
@@ -636,7 +651,7 @@ def test_bad_input_is_one_error_line_and_a_distinct_exit_code(
 
 
 def test_bad_url_is_invalid_input() -> None:
-    assert "unsupported journal database" in fails("mysql://x/y", 2, "schedules", "list")
+    assert "unsupported journal database" in fails("mysql+asyncmy://x/y", 2, "schedules", "list")
 
 
 # -- the real entry points -----------------------------------------------------------------------

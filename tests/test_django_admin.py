@@ -391,44 +391,126 @@ def test_database_url_maps_django_databases_to_sqlalchemy_urls(tmp_path: Path) -
     socket = database_url({"ENGINE": "django.db.backends.postgresql", "NAME": "shop"})
     assert socket == "postgresql+psycopg:///shop"
     with pytest.raises(Exception, match="CELERY_DURABLE_URL"):
-        database_url({"ENGINE": "django.db.backends.mysql", "NAME": "shop"})
+        database_url({"ENGINE": "django.db.backends.oracle", "NAME": "shop"})
     with pytest.raises(Exception, match="memory"):
         database_url({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"})
 
 
+def test_database_url_maps_a_mysql_entry_with_its_options() -> None:
+    from celery_durable.contrib.django import database_url
+
+    entry = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "shop",
+        "USER": "app",
+        "PASSWORD": "p@ss word/ü",
+        "HOST": "db.internal",
+        "PORT": "3307",
+        "OPTIONS": {
+            "charset": "utf8mb4",
+            "init_command": "SET sql_mode='STRICT_TRANS_TABLES'",
+            "ssl": {"ca": "/etc/ssl/ca.pem", "cert": "/c.pem", "key": "/k.pem"},
+            "isolation_level": "read committed",  # Django's own; the journal sets its own
+            "connect_timeout": 5,
+        },
+    }
+    url = make_url(database_url(entry))
+    assert url.drivername == "mysql" and url.database == "shop"
+    assert (url.username, url.password, url.host, url.port) == (
+        "app",
+        "p@ss word/ü",
+        "db.internal",
+        3307,
+    )
+    assert dict(url.query) == {
+        "charset": "utf8mb4",
+        "init_command": "SET sql_mode='STRICT_TRANS_TABLES'",
+        "ssl_ca": "/etc/ssl/ca.pem",
+        "ssl_cert": "/c.pem",
+        "ssl_key": "/k.pem",
+        "connect_timeout": "5",
+    }
+    socket = make_url(
+        database_url({"ENGINE": "django.db.backends.mysql", "NAME": "shop", "HOST": "/run/m.sock"})
+    )
+    assert socket.query["unix_socket"] == "/run/m.sock"
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"charset": "utf8"}, "charset='utf8' cannot hold every ID"),
+        ({"read_default_file": "/etc/my.cnf"}, "read_default_file cannot be carried"),
+        ({"ssl": {"ca": "/a", "verify_mode": "x"}}, "ssl key.s. verify_mode cannot be carried"),
+    ],
+)
+def test_mysql_options_the_journal_cannot_honour_are_refused(
+    options: dict[str, Any], words: str
+) -> None:
+    from celery_durable.contrib.django import database_url
+
+    entry = {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "OPTIONS": options}
+    with pytest.raises(Exception, match=words):
+        database_url(entry)
+
+
+def _databases_entry(backend: str, server_url: str) -> dict[str, Any]:
+    """A ``DATABASES`` entry for the test's own PostgreSQL schema or MariaDB database."""
+    url = make_url(server_url)
+    entry: dict[str, Any] = {
+        "NAME": url.database,
+        "USER": url.username,
+        "HOST": url.host,
+        "PORT": url.port,
+    }
+    if backend == "postgres":
+        entry["ENGINE"] = "django.db.backends.postgresql"
+        entry["OPTIONS"] = {"options": url.query["options"]}  # the test's own schema
+    else:
+        entry["ENGINE"] = "django.db.backends.mysql"
+        entry["OPTIONS"] = {
+            "charset": "utf8mb4",
+            "init_command": "SET SESSION sql_mode='TRADITIONAL'",
+        }
+    return entry
+
+
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
-def test_journal_defaults_to_a_database_of_databases(django_site: None, pg_url: str) -> None:
-    """No durable_url anywhere: the journal is DATABASES[CELERY_DURABLE_DATABASE]."""
+@pytest.mark.parametrize(
+    ("backend", "prefix"),
+    [("postgres", "postgresql+psycopg://postgres@"), ("mysql", "mysql://root@")],
+)
+def test_journal_defaults_to_a_database_of_databases(
+    django_site: None, backend: str, prefix: str, request: pytest.FixtureRequest
+) -> None:
+    """No durable_url anywhere: the journal is DATABASES[CELERY_DURABLE_DATABASE] -- also for
+    a project whose only database is MariaDB."""
     from django.conf import settings
     from django.test import override_settings
 
     from celery_durable.contrib.django import get_durable
 
-    url = make_url(pg_url)
-    entry = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": url.database,
-        "USER": url.username,
-        "HOST": url.host,
-        "PORT": url.port,
-        "OPTIONS": {"options": url.query["options"]},  # the test's own schema
-    }
-    app = Celery("django_default_db", broker="memory://", set_as_current=False)
+    server_url = str(request.getfixturevalue({"postgres": "pg_url", "mysql": "mysql_url"}[backend]))
+    app = Celery(f"django_{backend}_db", broker="memory://", set_as_current=False)
 
     @app.task(name="t", shared=False)
     def t() -> None:  # pragma: no cover - never run
         return None
 
-    databases = {**settings.DATABASES, "journal": entry}
+    databases = {**settings.DATABASES, "journal": _databases_entry(backend, server_url)}
     with override_settings(
         CELERY_DURABLE_APP=app, CELERY_DURABLE_DATABASE="journal", DATABASES=databases
     ):
         durable = get_durable()
-        assert app.conf.durable_url.startswith("postgresql+psycopg://postgres@")
+        assert app.conf.durable_url.startswith(prefix)
         durable.schedules.create("s", "t", None, Every(timedelta(hours=1)))
+        if backend == "mysql":
+            with durable.journal.engine.connect() as conn:  # init_command was carried
+                mode = conn.exec_driver_sql("SELECT @@session.sql_mode").scalar()
+            assert "STRICT_ALL_TABLES" in mode  # part of TRADITIONAL, not the server default
         durable.close()
-    # The schedule is in the test's schema of the PostgreSQL server.
-    check = Durable(Celery("reader", set_as_current=False), pg_url)
+    # The schedule is in the test's own schema / database of the server.
+    check = Durable(Celery("reader", set_as_current=False), server_url)
     assert check.schedules.state("s") is not None
     check.close()
 

@@ -84,9 +84,13 @@ def world_factory(tmp_path: Path, redis_url: str) -> Iterator[Any]:
         w.close()
 
 
-def test_crash_in_step_three_reruns_only_step_three(world_factory: Any, pg_url: str) -> None:
+@pytest.mark.parametrize("journal", ["postgres", "mysql"])
+def test_crash_in_step_three_reruns_only_step_three(
+    world_factory: Any, journal: str, request: pytest.FixtureRequest
+) -> None:
     """kill -9 inside step 3; a new worker gets the redelivered message and finishes the run."""
-    world = world_factory(pg_url, E2E_VISIBILITY="3")
+    url = request.getfixturevalue({"postgres": "pg_url", "mysql": "mysql_url"}[journal])
+    world = world_factory(url, E2E_VISIBILITY="3")
     with world.worker() as first:
         rid = world.send("e2e.five_steps")
         wait_for(lambda: world.count("step3") == 1, timeout=30, processes=[first])
@@ -183,11 +187,12 @@ def test_changed_body_parks_the_run(world_factory: Any, pg_url: str) -> None:
     assert world.count("second_v2") == 0 and world.count("first") == 1
 
 
-@pytest.mark.parametrize("journal", ["sqlite", "postgres"])
+@pytest.mark.parametrize("journal", ["sqlite", "postgres", "mysql"])
 def test_two_workers_receiving_one_run_execute_it_once(
     world_factory: Any, journal: str, request: pytest.FixtureRequest
 ) -> None:
-    url = request.getfixturevalue("sqlite_url" if journal == "sqlite" else "pg_url")
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}[journal]
+    url = request.getfixturevalue(fixture)
     world = world_factory(url)
     with world.worker() as one, world.worker() as two:
         rid = f"twice-{uuid.uuid4().hex[:8]}"

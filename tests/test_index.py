@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -58,8 +59,9 @@ def test_start_up_reads_only_events_after_the_position(durable: Durable, clock: 
     positions_read: list[int] = []
 
     def spy(conn, cursor, statement, parameters, context, executemany):
-        if "celery_durable_events" in statement and "position >" in statement:
-            if isinstance(parameters, dict):  # psycopg: named parameters
+        # MySQL quotes the column: `position`.
+        if "celery_durable_events" in statement and re.search(r"position`? >", statement):
+            if isinstance(parameters, dict):  # psycopg, PyMySQL: named parameters
                 positions_read.extend(v for k, v in parameters.items() if k.startswith("position"))
             else:  # sqlite: the position comes first, then LIMIT and OFFSET
                 positions_read.append(parameters[0])
@@ -181,15 +183,21 @@ def test_state_reads_row_plus_newer_events(durable: Durable, clock: FakeClock) -
     assert view is not None and view.paused and view.runs_decided == 3
 
 
-def test_postgres_out_of_order_commits_are_not_skipped(
-    pg_url: str, app: Celery, clock: FakeClock
+@pytest.fixture(params=["postgres", "mysql"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """PostgreSQL or MariaDB: positions drawn at INSERT, so commits can come out of order."""
+    return str(request.getfixturevalue({"postgres": "pg_url", "mysql": "mysql_url"}[request.param]))
+
+
+def test_out_of_order_commits_are_not_skipped(
+    server_url: str, app: Celery, clock: FakeClock
 ) -> None:
     """Writer A takes a position and holds its transaction; writer B appends after it.
 
     Without ordering, B would commit first with the higher position, the projection would read
     it and move past A's position for ever. The journal makes B wait for A (D2).
     """
-    durable = Durable(app, pg_url, clock=clock)
+    durable = Durable(app, server_url, clock=clock)
     durable.schedules.create("seed", "noop", None, Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
     dispatcher.tick()

@@ -153,7 +153,11 @@ def test_sqlite_url_is_a_file(sqlite_url: str, tmp_path: Path) -> None:
 def test_journal_url_is_parametrised(journal_url: str, request: pytest.FixtureRequest) -> None:
     backend = request.node.callspec.params["journal_url"]
     assert request.node.name.endswith(f"[{backend}]")
-    expected = {"sqlite": "sqlite:///", "postgres": "postgresql+psycopg://"}[backend]
+    expected = {
+        "sqlite": "sqlite:///",
+        "postgres": "postgresql+psycopg://",
+        "mysql": "mysql+pymysql://",
+    }[backend]
     assert journal_url.startswith(expected)
     engine = sa.create_engine(journal_url)
     try:

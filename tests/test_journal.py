@@ -1,11 +1,12 @@
-"""The journal contract (SPEC A6, A8, D2, §9), run on SQLite and on PostgreSQL.
+"""The journal contract (SPEC A6, A8, D2, §9), run on SQLite, PostgreSQL and MariaDB.
 
-Every test taking ``journal_url`` runs twice (ids ``sqlite`` and ``postgres``). Concurrency is
-tested with real OS processes and real connections; nothing is mocked.
+Every test taking ``journal_url`` runs three times (ids ``sqlite``, ``postgres``, ``mysql``).
+Concurrency is tested with real OS processes and real connections; nothing is mocked.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -534,7 +535,9 @@ def test_an_older_schema_version_is_migrated(
 
 
 def test_ddl_creates_what_the_journal_expects(journal_url: str) -> None:
-    sql = schema.ddl(journal_url)
+    # Without a connection the DDL follows the URL's dialect: MariaDB's collation names need
+    # a mariadb:// URL (the test server is MariaDB; docs/howto-mysql.md).
+    sql = schema.ddl(journal_url.replace("mysql+pymysql://", "mariadb+pymysql://"))
     assert "CREATE TABLE celery_durable_events" in sql
     assert "CREATE INDEX ix_celery_durable_events_category_position" in sql
     assert "INSERT INTO celery_durable_schema" in sql
@@ -566,6 +569,20 @@ def test_urls_are_normalised() -> None:
     assert open_journal("sqlite:///x.db").engine.url.database == os.path.abspath("x.db")
 
 
+def test_mysql_urls_are_normalised() -> None:
+    default = "mysqldb" if importlib.util.find_spec("MySQLdb") else "pymysql"
+    cases = {
+        "mysql://u@h/db": f"mysql+{default}",
+        "mariadb://u@h/db": f"mariadb+{default}",
+        "mysql+pymysql://u@h/db": "mysql+pymysql",
+        "mariadb+pymysql://u@h/db?charset=utf8mb4": "mariadb+pymysql",
+    }
+    for url, driver in cases.items():
+        engine_url = SqlJournal(url).engine.url
+        assert engine_url.drivername == driver
+        assert engine_url.query["charset"] == "utf8mb4"  # 4-byte UTF-8 on the wire
+
+
 @pytest.mark.parametrize(
     "url",
     ["sqlite://", "sqlite:///:memory:", "sqlite:///file.db?mode=memory", "sqlite+pysqlite://"],
@@ -576,10 +593,29 @@ def test_memory_databases_are_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["mysql://u@h/db", "postgresql+psycopg2://u@h/db", "sqlite+aiosqlite:///x.db", "x"]
+    "url",
+    [
+        "mysql+mysqlconnector://u@h/db",
+        "postgresql+psycopg2://u@h/db",
+        "sqlite+aiosqlite:///x.db",
+        "x",
+    ],
 )
 def test_unsupported_urls_are_refused(url: str) -> None:
-    with pytest.raises(JournalError):
+    with pytest.raises(JournalError, match=r"unsupported|cannot be parsed"):
+        SqlJournal(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("mysql+pymysql://u@h/db?charset=utf8", "utf8mb4 character set"),
+        ("mysql+pymysql://u@h/db?charset=latin1", "utf8mb4 character set"),
+        ("mariadb+pymysql://u@h", "needs a database name"),
+    ],
+)
+def test_mysql_urls_that_cannot_hold_the_journal_are_refused(url: str, words: str) -> None:
+    with pytest.raises(JournalError, match=words):
         SqlJournal(url)
 
 
@@ -736,10 +772,18 @@ def append_in_thread(journal: SqlJournal, stream: str) -> threading.Event:
     return done
 
 
-def test_ordered_category_commits_in_position_order_on_postgres(pg_url: str) -> None:
+@pytest.fixture(params=["postgres", "mysql"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """A database server that draws positions at INSERT (sequence, AUTO_INCREMENT), not at
+    COMMIT: where commit order can differ from position order without the category lock."""
+    fixture = {"postgres": "pg_url", "mysql": "mysql_url"}[request.param]
+    return str(request.getfixturevalue(fixture))
+
+
+def test_ordered_category_commits_in_position_order(server_url: str) -> None:
     """D2: while A's transaction (holding a ``schedule`` event) is open, B's ``schedule`` append
     waits, so a reader never sees B's event (higher position) before A's."""
-    journal = SqlJournal(pg_url)
+    journal = SqlJournal(server_url)
     journal.ensure_ready()
     try:
         a = HeldAppend(journal, "schedule/a")
@@ -761,10 +805,10 @@ def test_ordered_category_commits_in_position_order_on_postgres(pg_url: str) -> 
         journal.close()
 
 
-def test_without_the_lock_a_position_reader_can_skip_events(pg_url: str) -> None:
+def test_without_the_lock_a_position_reader_can_skip_events(server_url: str) -> None:
     """Control for the test above: with no ordered category, B commits a higher position
     while A is open, and a reader resuming after B's position would never see A."""
-    journal = SqlJournal(pg_url, ordered_categories=())
+    journal = SqlJournal(server_url, ordered_categories=())
     journal.ensure_ready()
     try:
         a = HeldAppend(journal, "schedule/a")
@@ -795,7 +839,7 @@ def test_several_ordered_categories_in_one_transaction(journal_url: str) -> None
             done.set()
 
         threading.Thread(target=both, daemon=True).start()
-        # Waits: for the timer lock (PostgreSQL), for the write lock (SQLite).
+        # Waits: for the timer lock (PostgreSQL, MySQL), for the write lock (SQLite).
         assert not done.wait(0.5)
         held.commit()
         assert done.wait(10)
@@ -943,12 +987,13 @@ def test_bulk_append_with_one_wrong_version_stores_nothing(
     assert journal.head() == head
 
 
-def test_bulk_append_loses_a_race_it_could_not_see_coming(pg_url: str) -> None:
-    """A writer commits a version after the bulk path's version check: COPY refuses the row.
+def test_bulk_append_loses_a_race_it_could_not_see_coming(server_url: str) -> None:
+    """A writer commits a version after the bulk path's version check: COPY (PostgreSQL) or the
+    multi-row INSERT (MySQL) refuses the row.
 
     ``run`` streams take no ordering lock, so the check and the insert can be overtaken.
     """
-    journal = SqlJournal(pg_url)
+    journal = SqlJournal(server_url)
     streams = [f"run/bulk-{i}" for i in range(100)]
     journal.append_many([Append(stream=s, expected_version=0, events=[_ev(0)]) for s in streams])
     inserted, release = threading.Event(), threading.Event()
@@ -985,7 +1030,7 @@ def test_bulk_append_loses_a_race_it_could_not_see_coming(pg_url: str) -> None:
     journal.close()
     assert isinstance(outcome[0], AppendConflict)
     assert outcome[0].stream == streams[57]
-    again = SqlJournal(pg_url)
+    again = SqlJournal(server_url)
     assert [e.data["n"] for e in again.read_stream(streams[57])] == [0, 9]
     assert [e.version for e in again.read_stream(streams[3])] == [1]
     again.close()

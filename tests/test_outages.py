@@ -19,7 +19,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -30,6 +30,7 @@ import psycopg
 import pytest
 import redis
 from celery import Celery
+from sqlalchemy.engine import make_url
 
 from celery_durable import CatchUp, Durable, Every, Finished, ScheduledRun, step_context
 from tests.support import services
@@ -392,8 +393,22 @@ def _terminate(pg_url: str, application_name: str) -> int:
         )
 
 
-def test_journal_connection_lost_during_a_step_does_not_fault_the_run(pg_url: str) -> None:
-    url, name = _own_app_name(pg_url)
+@pytest.fixture(params=["postgres", "mysql"])
+def losable(request: pytest.FixtureRequest) -> tuple[str, Callable[[], int]]:
+    """A journal URL and a function that kills its server connections (returns how many)."""
+    if request.param == "postgres":
+        pg_url = str(request.getfixturevalue("pg_url"))
+        url, name = _own_app_name(pg_url)
+        return url, lambda: _terminate(pg_url, name)
+    mysql_url = str(request.getfixturevalue("mysql_url"))
+    database = str(make_url(mysql_url).database)
+    return mysql_url, lambda: services.kill_mysql_sessions(mysql_url, database)
+
+
+def test_journal_connection_lost_during_a_step_does_not_fault_the_run(
+    losable: tuple[str, Callable[[], int]],
+) -> None:
+    url, kill = losable
     app = Celery(f"lost-{uuid.uuid4().hex[:6]}")
     app.conf.update(task_ignore_result=True)
     durable = Durable(app, url)
@@ -403,7 +418,7 @@ def test_journal_connection_lost_during_a_step_does_not_fault_the_run(pg_url: st
     def cut() -> int:
         calls.append(step_context().attempt)
         if len(calls) == 1:
-            assert _terminate(pg_url, name) >= 1  # the pooled journal connection dies
+            assert kill() >= 1  # the pooled journal connection dies
         return 7
 
     @durable.task(name="lost.job")
@@ -420,7 +435,9 @@ def test_journal_connection_lost_during_a_step_does_not_fault_the_run(pg_url: st
         durable.close()
 
 
-def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(pg_url: str) -> None:
+def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(
+    losable: tuple[str, Callable[[], int]],
+) -> None:
     """Found by the chaos harness (UniqueViolation on pk_celery_durable_runs in workers); fixed
     in RunStore.save_in (insert-or-update)."""
     from celery_durable.message import Resend
@@ -428,7 +445,7 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(pg_url:
 
     app = Celery(f"race-{uuid.uuid4().hex[:6]}")
     app.conf.update(task_ignore_result=True)
-    durable = Durable(app, pg_url)
+    durable = Durable(app, losable[0])
 
     @durable.task(name="race.job")
     def job(run: ScheduledRun | None = None) -> str:
@@ -471,12 +488,14 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(pg_url:
         durable.close()
 
 
-def test_a_dropped_connection_surfaces_as_the_real_error(pg_url: str) -> None:
+def test_a_dropped_connection_surfaces_as_the_real_error(
+    losable: tuple[str, Callable[[], int]],
+) -> None:
     from sqlalchemy.exc import OperationalError
 
     from celery_durable.core.journal import Append, NewEvent
 
-    url, name = _own_app_name(pg_url)
+    url, kill = losable
     app = Celery(f"dropped-{uuid.uuid4().hex[:6]}")
     durable = Durable(app, url)
     journal = durable.journal
@@ -486,7 +505,7 @@ def test_a_dropped_connection_surfaces_as_the_real_error(pg_url: str) -> None:
             stream="test/dropped", expected_version=0, events=[NewEvent(type="T", data={})]
         )
         with pytest.raises(OperationalError), journal.transaction() as conn:
-            assert _terminate(pg_url, name) >= 1
+            assert kill() >= 1
             journal.append_in(conn, [append])
     finally:
         durable.close()

@@ -50,7 +50,10 @@ def init(sql: bool) -> None:
         if current.json:
             emit_json({"url": redact(url), "dialect": dialect, "sql": text})
         else:
-            click.echo(f"-- celery_durable schema for {dialect} ({redact(url)})\n")
+            click.echo(f"-- celery_durable schema for {dialect} ({redact(url)})")
+            if dialect == "mysql":
+                click.echo("-- MySQL >= 8.0.17; for MariaDB >= 10.6 give a mariadb:// URL")
+            click.echo()
             click.echo(text.rstrip("\n"))
         return
     current.durable.journal.ensure_ready()

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
@@ -28,7 +28,7 @@ from celery_durable.core.journal import StoredEvent
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState, fold
 from celery_durable.core.schedule_events import from_stored
 from celery_durable.errors import JournalError
-from celery_durable.store.journal.schema import progress, schedule_index
+from celery_durable.store.journal.schema import MYSQL_DIALECTS, progress, schedule_index
 from celery_durable.store.journal.sql import SqlJournal, one_of
 
 log = logging.getLogger("celery_durable.index")
@@ -193,6 +193,9 @@ def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert or update rows, keeping the one with the higher version."""
     table = schedule_index
     dialect = conn.dialect.name
+    if dialect in MYSQL_DIALECTS:
+        _upsert_mysql(conn, rows)
+        return
     insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
     if insert_for is None:  # pragma: no cover - the journal refuses other dialects
         raise JournalError(f"unsupported dialect {dialect}")
@@ -203,6 +206,23 @@ def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
             c: stmt.excluded[c] for c in ("version", "format", "next_due", "state", "updated_at")
         },
         where=table.c.version <= stmt.excluded.version,
+    )
+    for start in range(0, len(rows), 1000):
+        conn.execute(stmt, list(rows[start : start + 1000]))
+
+
+def _upsert_mysql(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``upsert`` with ``ON DUPLICATE KEY UPDATE``: each column takes the new value only when
+    the new version is not lower. ``version`` comes last: MySQL applies the assignments left
+    to right, and the others compare against the old version."""
+    table = schedule_index
+    stmt = mysql.insert(table)
+    newer = table.c.version <= stmt.inserted.version
+    stmt = stmt.on_duplicate_key_update(
+        [
+            (c, case((newer, stmt.inserted[c]), else_=table.c[c]))
+            for c in ("format", "next_due", "state", "updated_at", "version")
+        ]
     )
     for start in range(0, len(rows), 1000):
         conn.execute(stmt, list(rows[start : start + 1000]))

@@ -22,11 +22,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
 from celery_durable.message import Resend, message_json
+from celery_durable.store.journal.schema import MYSQL_DIALECTS
 from celery_durable.store.journal.schema import runs as runs_table
 from celery_durable.store.journal.sql import SqlJournal
 
@@ -164,7 +165,11 @@ class RunStore:
             for r in sent
         ]
         statement: Any = _insert_for(conn)(runs_table)
-        statement = statement.on_conflict_do_nothing(index_elements=["run_id"])
+        if conn.dialect.name in MYSQL_DIALECTS:
+            # No DO NOTHING on MySQL; INSERT IGNORE would also hide other errors.
+            statement = statement.on_duplicate_key_update(run_id=runs_table.c.run_id)
+        else:
+            statement = statement.on_conflict_do_nothing(index_elements=["run_id"])
         for start in range(0, len(rows), 1000):
             conn.execute(statement, rows[start : start + 1000])
 
@@ -243,12 +248,23 @@ class RunStore:
                 "run_id": run_id,
             }
             statement: Any = _insert_for(conn)(runs_table).values(**row)
-            conn.execute(statement.on_conflict_do_update(index_elements=["run_id"], set_=values))
+            if conn.dialect.name in MYSQL_DIALECTS:
+                conn.execute(statement.on_duplicate_key_update(**values))
+            else:
+                conn.execute(
+                    statement.on_conflict_do_update(index_elements=["run_id"], set_=values)
+                )
 
 
 def _insert_for(conn: Connection) -> Any:
-    """The dialect's INSERT, which has ``on_conflict_do_*`` (both supported dialects do)."""
-    return {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[conn.dialect.name]
+    """The dialect's INSERT: ``on_conflict_do_*`` on PostgreSQL and SQLite,
+    ``on_duplicate_key_update`` on MySQL/MariaDB."""
+    return {
+        "postgresql": postgresql.insert,
+        "sqlite": sqlite.insert,
+        "mysql": mysql.insert,
+        "mariadb": mysql.insert,
+    }[conn.dialect.name]
 
 
 def due_filter(now: datetime) -> Any:

@@ -1,13 +1,16 @@
 """Benchmark: what does the journal add to one INSERT + COMMIT?
 
     python tests/bench/bench_journal.py --n 1000 --reps 5
+    python tests/bench/bench_journal.py --skip-sqlite --skip-pg --mysql-url mysql+pymysql://root@127.0.0.1:3306/test_h6
 
 For each backend (SQLite file in WAL mode with synchronous=FULL and =NORMAL; PostgreSQL in a
-fresh schema that is dropped afterwards) it times, interleaved within every repetition:
+fresh schema that is dropped afterwards; MariaDB/MySQL in a fresh database ``<name>_bench_…``,
+dropped afterwards) it times, interleaved within every repetition:
 
 * ``floor``: a bare single-row SQLAlchemy Core ``INSERT`` + ``COMMIT`` into a side table with
   the events table's columns and indexes, on an engine with the same database settings;
-* ``append schedule/…``: ``journal.append`` to an ordered category (advisory lock on PostgreSQL);
+* ``append schedule/…``: ``journal.append`` to an ordered category (advisory lock on PostgreSQL,
+  the category's row lock on MySQL);
 * ``append run/…``: ``journal.append`` to an unordered category.
 
 Each append continues a stream (expected version = its current version), so the
@@ -48,6 +51,7 @@ from celery_durable.store.journal import schema as journal_schema
 from celery_durable.store.journal.sql import SqlJournal
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"
 DATA = {"due": "2026-11-16T01:00:00.0000000Z", "task": "tasks.backup", "input": {"n": 1}}
 
 
@@ -64,6 +68,8 @@ def floor_table(metadata: MetaData) -> Table:
         UniqueConstraint("stream", "version", name="uq_bench_floor_stream_version"),
         Index("ix_bench_floor_category_position", "category", "position"),
         sqlite_autoincrement=True,
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
     )
 
 
@@ -94,6 +100,22 @@ def pg_schema(base_url: str) -> Iterator[str]:
     finally:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
+        admin.dispose()
+
+
+@contextmanager
+def mysql_database(base_url: str) -> Iterator[str]:
+    """A fresh utf8mb4 database beside the configured one, dropped afterwards."""
+    url = make_url(base_url).update_query_dict({"charset": "utf8mb4"})
+    name = f"{url.database or 'test'}_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE `{name}`")
         admin.dispose()
 
 
@@ -208,6 +230,7 @@ def main() -> None:
     parser.add_argument("--pg-url", default=DEFAULT_PG)
     parser.add_argument("--skip-pg", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument("--mysql-url", default=None, help=f"e.g. {DEFAULT_MYSQL}")
     args = parser.parse_args()
 
     rows: list[str] = []
@@ -219,6 +242,9 @@ def main() -> None:
     if not args.skip_pg:
         with pg_schema(args.pg_url) as url:
             rows += bench_backend("PostgreSQL", url, None, args.n, args.reps)
+    if args.mysql_url:
+        with mysql_database(args.mysql_url) as url:
+            rows += bench_backend("MariaDB/MySQL", url, None, args.n, args.reps)
 
     print(f"n={args.n} per case per repetition, {args.reps} repetitions, interleaved\n")
     print("| backend | operation | median µs | p90 µs | ratio to floor | per-rep ratio / rate |")

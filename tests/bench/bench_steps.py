@@ -1,7 +1,8 @@
 """Per-step cost of durable steps, against the floor and DBOS Transact (docs/durable-tasks.md).
 
-For each database (SQLite file in WAL mode with ``synchronous=FULL`` and ``NORMAL``, and a fresh
-PostgreSQL schema) and each repetition, in one process:
+For each database (SQLite file in WAL mode with ``synchronous=FULL`` and ``NORMAL``, a fresh
+PostgreSQL schema, and with ``--backends mysql`` a fresh MariaDB/MySQL database) and each
+repetition, in one process:
 
 * ``durable`` -- a 1,000-step durable task run through ``task.apply()`` (the whole delivery
   machinery: read, claim, steps, end); per-step latency measured around each step call in the
@@ -21,6 +22,8 @@ Usage::
 
     python tests/bench/bench_steps.py [--steps 1000] [--reps 3] [--pg-url URL]
         [--peers-venv /tmp/dbosvenv] [--no-peers]
+    python tests/bench/bench_steps.py --backends mysql --no-peers \
+        --mysql-url mysql+pymysql://root@127.0.0.1:3306/test_h6
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from celery_durable import Durable  # noqa: E402
 from celery_durable.store.journal.urls import normalize_url  # noqa: E402
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"
 
 
 class Crash(BaseException):
@@ -106,7 +110,7 @@ def count_sql(engine: sa.Engine) -> dict[str, int]:
 
 
 def floor_engine(kind: str, url: str, directory: str) -> sa.Engine:
-    if kind == "postgres":
+    if kind in ("postgres", "mysql"):
         return sa.create_engine(normalize_url(url), pool_size=1)
     path = os.path.join(directory, f"floor_{kind}.sqlite")
     engine = sa.create_engine(f"sqlite:///{path}")
@@ -131,6 +135,8 @@ _FLOOR = sa.Table(
     sa.Column("step", sa.Integer, nullable=False),
     sa.Column("output", sa.Text),
     sa.Column("created_at", sa.Float, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
 )
 
 
@@ -160,6 +166,23 @@ def fresh_pg_schema(url: str) -> tuple[str, str]:
     engine.dispose()
     sep = "&" if "?" in url else "?"
     return f"{url}{sep}options=-csearch_path%3D{name}", name
+
+
+def fresh_mysql_database(url: str) -> tuple[str, str]:
+    base = normalize_url(url)
+    name = f"{base.database}_bench_{uuid.uuid4().hex[:8]}"
+    engine = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.exec_driver_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False), name
+
+
+def drop_mysql_database(url: str, name: str) -> None:
+    engine = sa.create_engine(normalize_url(url), isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+    engine.dispose()
 
 
 def drop_pg_schema(url: str, name: str) -> None:
@@ -255,6 +278,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pg-url", default=os.environ.get("CELERY_DURABLE_TEST_PG_URL", DEFAULT_PG))
+    ap.add_argument(
+        "--mysql-url", default=os.environ.get("CELERY_DURABLE_TEST_MYSQL_URL", DEFAULT_MYSQL)
+    )
     ap.add_argument("--peers", default="/work/shared/peers")
     ap.add_argument("--peers-venv", default=os.environ.get("PEERS_VENV", "/tmp/dbosvenv"))
     ap.add_argument("--no-peers", action="store_true")
@@ -269,6 +295,12 @@ def main() -> None:
                 results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
             finally:
                 drop_pg_schema(a.pg_url, schema)
+        elif kind == "mysql":
+            url, database = fresh_mysql_database(a.mysql_url)
+            try:
+                results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
+            finally:
+                drop_mysql_database(a.mysql_url, database)
         else:
             url = f"sqlite:///{os.path.join(directory, kind + '.db')}"
             results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
@@ -322,7 +354,12 @@ def summarize(results: dict[str, Any], peers: dict[str, Any]) -> None:
             for i, (h, w) in enumerate(zip(head, widths, strict=True))
         )
     )
-    peer_floor = {"postgres": "pg", "sqlite_full": "sqlite_full", "sqlite_normal": "sqlite_normal"}
+    peer_floor = {
+        "postgres": "pg",
+        "sqlite_full": "sqlite_full",
+        "sqlite_normal": "sqlite_normal",
+        "mysql": "mysql",
+    }
     for kind, res in results.items():
         rows = res["rows"]
         step = _med([r["step_median_us"] for r in rows])
@@ -332,7 +369,9 @@ def summarize(results: dict[str, Any], peers: dict[str, Any]) -> None:
         pf = _med(
             [r["median_us"] for r in peers.get("floor", []) if r["backend"] == peer_floor[kind]]
         )
-        dbos_rows = peers.get("dbos_postgres" if kind == "postgres" else "dbos_sqlite", [])
+        dbos_rows = peers.get(
+            {"postgres": "dbos_postgres", "mysql": ""}.get(kind, "dbos_sqlite"), []
+        )
         dbos = (
             _med([r["step_median_us"] for r in dbos_rows])
             if kind != "sqlite_normal"

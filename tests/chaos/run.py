@@ -2,8 +2,11 @@
 
     python -m tests.chaos.run --minutes 2            # the CI length
     python -m tests.chaos.run --minutes 15 --seed 7  # the published run (docs/guarantees.md)
+    python -m tests.chaos.run --minutes 1 --journal mysql  # the journal on MariaDB/MySQL
 
-It creates a fresh PostgreSQL database for the journal and another for the external ledger,
+It creates a fresh PostgreSQL database (with ``--journal mysql``: a MariaDB/MySQL database
+beside the one of ``CELERY_DURABLE_TEST_MYSQL_URL``) for the journal and another for the
+external ledger (always PostgreSQL),
 starts its own ``redis-server`` (so it can restart it), 3 ``celery beat`` processes with the
 durable scheduler and 3 prefork ``celery worker`` processes (concurrency 2; durable tasks are
 ``acks_late``), and 50 schedules (``CatchUp.ALL``, so no due time may be missing) targeting the
@@ -38,13 +41,25 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from celery import Celery
+from sqlalchemy.pool import NullPool
 
 from tests.support.processes import REPO_ROOT, child_env
-from tests.support.services import find_redis_server, free_port
+from tests.support.services import (
+    create_mysql_database,
+    drop_mysql_database,
+    find_redis_server,
+    free_port,
+    kill_mysql_sessions,
+    mysql_connect,
+)
 
 UTC = timezone.utc
 ADMIN_URL = os.environ.get("CHAOS_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+MYSQL_URL = os.environ.get(
+    "CELERY_DURABLE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
 TASK = "chaos.job"
 STEPS = 4
 
@@ -65,23 +80,69 @@ def sqlalchemy_url(dbname: str) -> str:
     return libpq(dbname).replace("postgresql://", "postgresql+psycopg://", 1)
 
 
+@dataclass
+class JournalDb:
+    """The journal's database on PostgreSQL or MariaDB/MySQL, and the faults done to it."""
+
+    kind: str
+    name: str
+
+    @property
+    def url(self) -> str:
+        if self.kind == "mysql":
+            return sa.make_url(MYSQL_URL).set(database=self.name).render_as_string(False)
+        return sqlalchemy_url(self.name)
+
+    def connect(self) -> sa.Connection:
+        """A connection of its own (the harness's reads; no pool to outlive a termination)."""
+        return sa.create_engine(self.url, poolclass=NullPool).connect()
+
+    def terminate_connections(self) -> int:
+        """Kill every session in the journal's database (beat's, workers', the harness's)."""
+        if self.kind != "mysql":
+            return terminate_journal_connections(self.name)
+        return kill_mysql_sessions(MYSQL_URL, self.name)
+
+    def lock_events(self, seconds: float) -> None:
+        """Block every reader and writer of the events table for ``seconds``."""
+        if self.kind != "mysql":
+            lock_events(self.name, seconds)
+            return
+        conn = mysql_connect(MYSQL_URL, database=self.name)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("LOCK TABLES celery_durable_events WRITE")
+                time.sleep(seconds)
+                cursor.execute("UNLOCK TABLES")
+        finally:
+            conn.close()
+
+
 @contextlib.contextmanager
-def fresh_databases(keep: bool) -> Iterator[tuple[str, str]]:
+def fresh_databases(keep: bool, journal_kind: str = "postgres") -> Iterator[tuple[JournalDb, str]]:
     """A journal database and a ledger database, dropped afterwards unless ``keep``."""
     suffix = f"{datetime.now(UTC):%Y%m%d%H%M%S}_{uuid.uuid4().hex[:6]}"
-    names = (f"chaos_journal_{suffix}", f"chaos_ledger_{suffix}")
+    names = [f"chaos_ledger_{suffix}"]
+    if journal_kind == "mysql":
+        journal = JournalDb("mysql", f"{sa.make_url(MYSQL_URL).database}_chaos_{suffix}")
+        create_mysql_database(MYSQL_URL, journal.name)
+    else:
+        journal = JournalDb("postgres", f"chaos_journal_{suffix}")
+        names.append(journal.name)
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         for name in names:
             admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield names
+        yield journal, names[0]
     finally:
         if keep:
-            log(f"kept databases {names[0]} and {names[1]}")
+            log(f"kept databases {journal.name} ({journal.kind}) and {names[0]}")
         else:
             with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
                 for name in names:
                     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if journal.kind == "mysql":
+                drop_mysql_database(MYSQL_URL, journal.name)
 
 
 class Redis:
@@ -281,18 +342,29 @@ class Report:
         return "\n".join(lines)
 
 
-def decided_runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str, str]]:
-    return conn.execute(
-        "SELECT substr(stream, 10), data::jsonb->>'due', data::jsonb->>'run_id' "
-        "FROM celery_durable_events WHERE type = 'RunDecided' AND category = 'schedule'"
-    ).fetchall()
+# The checks read the events table with plain SQL and parse the JSON here, so that they run the
+# same on PostgreSQL and MariaDB/MySQL.
 
 
-def run_endings(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+def _events(conn: sa.Connection, where: str) -> list[tuple[str, str, dict[str, Any]]]:
+    rows = conn.execute(sa.text(f"SELECT stream, type, data FROM celery_durable_events {where}"))
+    return [(stream, type_, json.loads(data)) for stream, type_, data in rows]
+
+
+def decided_runs(conn: sa.Connection) -> list[tuple[str, str, str]]:
+    return [
+        (stream[len("schedule/") :], data["due"], data["run_id"])
+        for stream, _, data in _events(conn, "WHERE type = 'RunDecided' AND category = 'schedule'")
+    ]
+
+
+def run_endings(conn: sa.Connection) -> dict[str, list[str]]:
     endings: dict[str, list[str]] = defaultdict(list)
     for stream, type_ in conn.execute(
-        "SELECT stream, type FROM celery_durable_events WHERE category = 'run' "
-        "AND type IN ('RunFinished', 'RunFaulted', 'RunCancelled', 'RunParked')"
+        sa.text(
+            "SELECT stream, type FROM celery_durable_events WHERE category = 'run' "
+            "AND type IN ('RunFinished', 'RunFaulted', 'RunCancelled', 'RunParked')"
+        )
     ):
         endings[stream[4:]].append(type_)
     return endings
@@ -302,10 +374,10 @@ def parse_due(text: str) -> datetime:
     return datetime.fromisoformat(text.rstrip("Z")).replace(tzinfo=UTC)
 
 
-def unfinished(journal_db: str, cutoff: datetime) -> int:
+def unfinished(journal_db: JournalDb, cutoff: datetime) -> int:
     """Runs due by ``cutoff`` that have not ended (a Faulted one counts as ended here: it will
     never finish, and the checks report it)."""
-    with psycopg.connect(libpq(journal_db), connect_timeout=10) as conn:
+    with journal_db.connect() as conn:
         ends = run_endings(conn)
         return sum(
             1 for _, due, rid in decided_runs(conn)
@@ -316,33 +388,35 @@ def unfinished(journal_db: str, cutoff: datetime) -> int:
 def check(
     report: Report,
     durable: Any,
-    journal_db: str,
+    journal_db: JournalDb,
     ledger_db: str,
     cutoff: datetime,
     killed_workers: set[int],
     terminated_runs: set[str],
     journal_lost_runs: set[str],
 ) -> None:
-    with psycopg.connect(libpq(journal_db)) as conn:
+    with journal_db.connect() as conn:
         decided = decided_runs(conn)
         ends = run_endings(conn)
-        steps = conn.execute(
-            "SELECT substr(stream, 5), data::jsonb->>'position', count(*) "
-            "FROM celery_durable_events WHERE category = 'run' AND type = 'StepCompleted' "
-            "GROUP BY 1, 2"
-        ).fetchall()
-        faulted = Counter(
-            str(error)
-            for (error,) in conn.execute(
-                "SELECT data::jsonb->>'error_type' FROM celery_durable_events "
-                "WHERE category = 'run' AND type = 'RunFaulted'"
+        step_counts = Counter(
+            (stream[4:], str(data.get("position")))
+            for stream, _, data in _events(
+                conn, "WHERE category = 'run' AND type = 'StepCompleted'"
             )
+        )
+        steps = [(rid, position, n) for (rid, position), n in step_counts.items()]
+        faulted = Counter(
+            str(data.get("error_type"))
+            for _, _, data in _events(conn, "WHERE category = 'run' AND type = 'RunFaulted'")
         )
         other = dict(
             conn.execute(
-                "SELECT type, count(*) FROM celery_durable_events WHERE category = 'schedule' "
-                "AND type IN ('RunSkipped', 'RunFailedToStart', 'RunsMissed') GROUP BY 1"
-            ).fetchall()
+                sa.text(
+                    "SELECT type, count(*) FROM celery_durable_events "
+                    "WHERE category = 'schedule' "
+                    "AND type IN ('RunSkipped', 'RunFailedToStart', 'RunsMissed') GROUP BY type"
+                )
+            ).all()
         )
     by_run = Counter(rid for _, _, rid in decided)
     by_due = Counter((sid, due) for sid, due, _ in decided)
@@ -486,14 +560,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep databases and logs")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--journal",
+        choices=("postgres", "mysql"),
+        default="postgres",
+        help="the journal's database (mysql: beside CELERY_DURABLE_TEST_MYSQL_URL)",
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    log(f"seed {seed}, {args.minutes} min of faults, logs in {workdir}")
+    log(f"seed {seed}, {args.minutes} min of faults, journal on {args.journal}, logs in {workdir}")
     report = Report()
-    with fresh_databases(args.keep) as (journal_db, ledger_db):
+    with fresh_databases(args.keep, args.journal) as (journal_db, ledger_db):
         with psycopg.connect(libpq(ledger_db), autocommit=True) as conn:
             from tests.chaos.app import LEDGER_DDL
 
@@ -502,10 +582,10 @@ def main(argv: list[str] | None = None) -> int:
         redis.start()
         env = {
             "CHAOS_BROKER": redis.url,
-            "CHAOS_JOURNAL": sqlalchemy_url(journal_db),
+            "CHAOS_JOURNAL": journal_db.url,
             "CHAOS_LEDGER": libpq(ledger_db),
         }
-        durable = client(redis.url, sqlalchemy_url(journal_db))
+        durable = client(redis.url, journal_db.url)
         from celery_durable import CatchUp
 
         for sid, rule in workload():
@@ -520,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             durable.close()
             redis.stop()
     print()
-    print(f"chaos run: seed {seed}, {args.minutes:g} min of faults")
+    print(f"chaos run: seed {seed}, {args.minutes:g} min of faults, journal on {args.journal}")
     print(report.table())
     if status:
         return status
@@ -537,7 +617,7 @@ def run_phases(
     fleet: Fleet,
     redis: Redis,
     durable: Any,
-    journal_db: str,
+    journal_db: JournalDb,
     ledger_db: str,
     report: Report,
 ) -> int:
@@ -563,11 +643,11 @@ def run_phases(
                 time.sleep(1)
                 redis.start()
             elif fault == "terminate":
-                log(f"pg_terminate_backend: {terminate_journal_connections(journal_db)} journal "
-                    "connections")  # fmt: skip
+                killed = journal_db.terminate_connections()
+                log(f"terminated {killed} journal connections ({journal_db.kind})")
             else:
                 log("locking celery_durable_events for 10 s")
-                locker = threading.Thread(target=lock_events, args=(journal_db, 10.0))
+                locker = threading.Thread(target=journal_db.lock_events, args=(10.0,))
                 locker.start()
                 lockers.append(locker)
         if time.monotonic() >= next_kill:
@@ -598,7 +678,7 @@ def run_phases(
     while time.monotonic() - drain_started < args.drain_timeout:
         try:
             remaining = unfinished(journal_db, cutoff)
-        except psycopg.Error as exc:
+        except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:
             log(f"journal read failed: {exc}")
         if remaining == 0:
             break
@@ -618,7 +698,7 @@ def run_phases(
     )
     killed_workers = {pid for _, kind, pid in fleet.killed if kind == "worker"}
     # The harness's own pooled connections were terminated too: read with a fresh client.
-    reader = client(redis.url, sqlalchemy_url(journal_db))
+    reader = client(redis.url, journal_db.url)
     try:
         check(
             report, reader, journal_db, ledger_db, cutoff, killed_workers, terminated(fleet),

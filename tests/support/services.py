@@ -700,6 +700,111 @@ def ensure_amqp(url: str) -> ServiceHandle:
     return ServiceHandle(name="amqp", url=url, origin="configured")
 
 
+# --------------------------------------------------------------------------------------------
+# MariaDB / MySQL (no pip-installable server exists: configured server only)
+# --------------------------------------------------------------------------------------------
+
+
+def mysql_connect(url: str, database: str | None = None, **kwargs: Any) -> Any:
+    """A PyMySQL connection to the server of a SQLAlchemy ``mysql+pymysql://`` URL."""
+    import pymysql
+
+    parsed = make_url(url)
+    return pymysql.connect(
+        host=parsed.host or "localhost",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        database=database,
+        charset="utf8mb4",
+        autocommit=True,
+        connect_timeout=10,
+        **kwargs,
+    )
+
+
+def ensure_mysql(url: str) -> ServiceHandle:
+    """The configured MariaDB/MySQL; there is no throwaway fallback (no server wheel on PyPI)."""
+    parsed = make_url(url)
+    host = parsed.host or "localhost"
+    port = parsed.port or 3306
+    if not tcp_answers(host, port, timeout=3):
+        raise ServiceError(
+            f"MariaDB/MySQL is not answering at {host}:{port} (configured by "
+            f"CELERY_DURABLE_TEST_MYSQL_URL={redact_url(url)}). No pip-installable MariaDB or "
+            "MySQL server exists, so there is no throwaway fallback: start one (as root: "
+            "`start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`, see "
+            ".ci/run) or point CELERY_DURABLE_TEST_MYSQL_URL at one"
+        )
+    try:
+        mysql_connect(url).close()
+    except Exception as exc:
+        raise ServiceError(
+            f"MariaDB/MySQL at {redact_url(url)} answers but is unusable: {exc}"
+        ) from exc
+    return ServiceHandle(name="mysql", url=url, origin="configured")
+
+
+def kill_mysql_sessions(url: str, database: str) -> int:
+    """``KILL`` every other session whose current database is ``database``; how many."""
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM information_schema.processlist "
+                "WHERE db = %s AND id <> CONNECTION_ID()",
+                (database,),
+            )
+            sessions = [int(row[0]) for row in cursor.fetchall()]
+            for session in sessions:
+                with contextlib.suppress(Exception):  # it may have ended meanwhile
+                    cursor.execute(f"KILL {session}")
+    finally:
+        conn.close()
+    return len(sessions)
+
+
+def create_mysql_database(url: str, database: str) -> None:
+    """``CREATE DATABASE`` in utf8mb4 on the server of ``url``."""
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+
+
+def drop_mysql_database(url: str, database: str) -> None:
+    """``DROP DATABASE`` — after killing sessions still in it (a killed worker's, a leak)."""
+    conn = mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION lock_wait_timeout = 5")
+            for _attempt in range(3):
+                kill_mysql_sessions(url, database)
+                try:
+                    cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+                    return
+                except Exception:
+                    time.sleep(0.5)
+            cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def isolated_database(url: str) -> Iterator[str]:
+    """Create a fresh database ``<configured name>_<random>`` (utf8mb4), yield the URL of it,
+    then drop it."""
+    parsed = make_url(url)
+    database = f"{parsed.database or 'test'}_{uuid.uuid4().hex[:10]}"
+    create_mysql_database(url, database)
+    try:
+        yield parsed.set(database=database).render_as_string(hide_password=False)
+    finally:
+        drop_mysql_database(url, database)
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password masked."""
     parts = urlsplit(url)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from celery_durable.durable import Durable
 
-__all__ = ["celery_app", "database_url", "get_durable", "journal_url"]
+__all__ = ["celery_app", "database_url", "get_durable", "journal_url", "mysql_database_url"]
 
 _SQLITE_ENGINES = frozenset({"django.db.backends.sqlite3"})
 _POSTGRES_ENGINES = frozenset(
@@ -55,6 +55,17 @@ _LIBPQ_OPTIONS = frozenset(
 )
 
 
+_MYSQL_ENGINES = frozenset({"django.db.backends.mysql"})
+# MySQL ``OPTIONS`` carried to the URL as they are (driver connect arguments), and the
+# ``ssl`` dict's keys mapped to SQLAlchemy's ``ssl_*`` query parameters.
+_MYSQL_CARRIED = frozenset(
+    {"init_command", "connect_timeout", "read_timeout", "write_timeout", "unix_socket"}
+)
+_MYSQL_SSL_KEYS = frozenset({"ca", "cert", "key", "capath", "cipher", "check_hostname"})
+# Django's own keys (for its connection only): the journal sets its own isolation level.
+_MYSQL_DJANGO_ONLY = frozenset({"isolation_level"})
+
+
 class ImproperlyConfigured(Exception):
     """Stand-in used only when Django is not importable (Django's own class is raised else)."""
 
@@ -68,11 +79,13 @@ def _improperly(message: str) -> Exception:
 
 
 def database_url(database: Mapping[str, Any]) -> str:
-    """The SQLAlchemy URL of one ``DATABASES`` entry (SQLite or PostgreSQL).
+    """The SQLAlchemy URL of one ``DATABASES`` entry (SQLite, PostgreSQL, MySQL/MariaDB).
 
     ``sqlite3`` → ``sqlite:///NAME``; ``postgresql`` → ``postgresql+psycopg://USER:PASSWORD@
-    HOST:PORT/NAME`` with libpq ``OPTIONS`` (``sslmode``, ``options``, …) as query parameters.
-    Other engines raise ``ImproperlyConfigured``: set ``CELERY_DURABLE_URL`` instead.
+    HOST:PORT/NAME`` with libpq ``OPTIONS`` (``sslmode``, ``options``, …) as query parameters;
+    ``mysql`` → ``mysql://USER:PASSWORD@HOST:PORT/NAME?charset=utf8mb4`` (see
+    :func:`mysql_database_url`). Other engines raise ``ImproperlyConfigured``: set
+    ``CELERY_DURABLE_URL`` instead.
     """
     engine = str(database.get("ENGINE") or "")
     name = database.get("NAME")
@@ -105,10 +118,70 @@ def database_url(database: Mapping[str, Any]) -> str:
             if k in _LIBPQ_OPTIONS and v is not None
         ]
         return url + ("?" + "&".join(query) if query else "")
+    if engine in _MYSQL_ENGINES:
+        return mysql_database_url(database)
     raise _improperly(
         f"celery_durable: the journal cannot default to a {engine or 'missing'} database "
-        "(SQLite and PostgreSQL are supported); set CELERY_DURABLE_URL"
+        "(SQLite, PostgreSQL and MySQL/MariaDB are supported); set CELERY_DURABLE_URL"
     )
+
+
+def mysql_database_url(database: Mapping[str, Any]) -> str:
+    """The journal URL of a ``django.db.backends.mysql`` entry.
+
+    ``mysql://`` keeps mysqlclient, which Django's backend needs anyway (PyMySQL otherwise).
+    ``OPTIONS``: ``init_command``, ``connect_timeout``, ``read_timeout``, ``write_timeout``,
+    ``unix_socket`` are carried; ``ssl`` (``{"ca": …, "cert": …, "key": …}``) becomes
+    ``ssl_ca``/``ssl_cert``/``ssl_key``; ``charset`` must be ``utf8mb4`` (the journal stores
+    any Unicode); ``isolation_level`` is Django's (the journal uses READ COMMITTED). Anything
+    else, e.g. ``read_default_file``, raises ``ImproperlyConfigured`` naming the key: a setting
+    the journal would silently drop could point it at another server or user.
+    """
+    from sqlalchemy.engine import URL
+
+    options = dict(database.get("OPTIONS") or {})
+    query: dict[str, str] = {"charset": "utf8mb4"}
+    charset = options.pop("charset", "utf8mb4")
+    if str(charset).lower() != "utf8mb4":
+        raise _improperly(
+            f"celery_durable: DATABASES OPTIONS charset={charset!r} cannot hold every ID and "
+            "payload of the journal; use 'utf8mb4' (or set CELERY_DURABLE_URL)"
+        )
+    ssl = options.pop("ssl", None) or {}
+    if not isinstance(ssl, Mapping):
+        raise _improperly("celery_durable: DATABASES OPTIONS ssl must be a dict")
+    unknown_ssl = sorted(set(ssl) - _MYSQL_SSL_KEYS)
+    if unknown_ssl:
+        raise _improperly(
+            f"celery_durable: DATABASES OPTIONS ssl key(s) {', '.join(unknown_ssl)} cannot be "
+            f"carried to the journal (known: {', '.join(sorted(_MYSQL_SSL_KEYS))}); "
+            "set CELERY_DURABLE_URL"
+        )
+    query.update({f"ssl_{k}": str(v) for k, v in ssl.items() if v is not None})
+    for key in _MYSQL_DJANGO_ONLY:
+        options.pop(key, None)
+    unknown = sorted(set(options) - _MYSQL_CARRIED)
+    if unknown:
+        raise _improperly(
+            f"celery_durable: DATABASES OPTIONS key(s) {', '.join(unknown)} cannot be carried "
+            f"to the journal URL (carried: charset, ssl, {', '.join(sorted(_MYSQL_CARRIED))}); "
+            "set CELERY_DURABLE_URL"
+        )
+    query.update({k: str(v) for k, v in options.items() if v is not None})
+    host = str(database.get("HOST") or "") or None
+    if host is not None and host.startswith("/"):
+        query["unix_socket"], host = host, "localhost"
+    port = database.get("PORT")
+    url = URL.create(
+        "mysql",
+        username=str(database.get("USER") or "") or None,
+        password=str(database.get("PASSWORD") or "") or None,
+        host=host,
+        port=int(port) if port not in (None, "") else None,
+        database=str(database.get("NAME") or "") or None,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def journal_url(app: Celery | None = None) -> str:

@@ -31,15 +31,21 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.sql.compiler import DDLCompiler
+from sqlalchemy.types import TypeEngine
 
 from celery_durable.errors import JournalError
 from celery_durable.store.journal.urls import normalize_url
 
 __all__ = [
+    "MYSQL_DIALECTS",
     "SCHEMA_VERSIONS",
     "UtcDateTime",
+    "category_locks",
     "ddl",
     "ensure_schema",
     "events",
@@ -53,18 +59,28 @@ __all__ = [
 
 log = logging.getLogger("celery_durable.journal.schema")
 
+#: SQLAlchemy's names of the MySQL family (a ``mysql://`` URL may still reach a MariaDB server).
+MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
+
 
 class UtcDateTime(TypeDecorator[datetime]):
     """An instant: aware UTC in Python, ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL.
 
     SQLite has no date type; SQLAlchemy stores ``YYYY-MM-DD HH:MM:SS.ffffff`` text, which drops
     any offset. We therefore store UTC without an offset there: fixed-width text that sorts in
-    time order, so an index on it works for "next due" queries. Naive datetimes are refused on
-    the way in (an instant without a zone is a bug), and every value read back is aware UTC.
+    time order, so an index on it works for "next due" queries. MySQL/MariaDB get
+    ``DATETIME(6)`` holding UTC (``TIMESTAMP`` would depend on the session time zone and end in
+    2038; a plain ``DATETIME`` would drop the microseconds). Naive datetimes are refused on the
+    way in (an instant without a zone is a bug), and every value read back is aware UTC.
     """
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in MYSQL_DIALECTS:
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(self.impl)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -72,7 +88,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"naive datetime {value!r} where an aware instant is needed")
         value = value.astimezone(timezone.utc)
-        if dialect.name == "sqlite":
+        if dialect.name == "sqlite" or dialect.name in MYSQL_DIALECTS:
             return value.replace(tzinfo=None)
         return value
 
@@ -83,6 +99,18 @@ class UtcDateTime(TypeDecorator[datetime]):
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
 
+
+#: JSON text: ``TEXT`` on SQLite/PostgreSQL; ``LONGTEXT`` on MySQL/MariaDB, whose ``TEXT`` stops
+#: at 64 KiB (the data must come back byte for byte, never truncated).
+JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+#: Table options for MySQL/MariaDB: InnoDB (transactions, row locks) and 4-byte UTF-8. The
+#: collation is added by :func:`_create_table_mysql`, because its name depends on the server.
+_MYSQL_TABLE: dict[str, Any] = {
+    f"{dialect}_{option}": value
+    for dialect in ("mysql", "mariadb")
+    for option, value in (("engine", "InnoDB"), ("charset", "utf8mb4"))
+}
 
 # Constraint names are fixed here so that migrations and error handling can refer to them.
 metadata = MetaData(
@@ -108,12 +136,13 @@ events = Table(
     Column("version", Integer, nullable=False),
     Column("category", String(64), nullable=False),
     Column("type", String(128), nullable=False),
-    Column("data", Text, nullable=False),
+    Column("data", JsonText, nullable=False),
     Column("recorded_at", UtcDateTime, nullable=False),
     # The optimistic-concurrency guard (A8): two writers can never both store version n.
     UniqueConstraint("stream", "version"),
     Index(None, "category", "position"),
     sqlite_autoincrement=True,
+    **_MYSQL_TABLE,
 )
 
 schema_versions = Table(
@@ -121,6 +150,7 @@ schema_versions = Table(
     metadata,
     Column("component", String(64), primary_key=True),
     Column("version", Integer, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 schedule_index = Table(
@@ -130,8 +160,9 @@ schedule_index = Table(
     Column("version", Integer, nullable=False),
     Column("format", Integer, nullable=False),
     Column("next_due", UtcDateTime, nullable=True, index=True),
-    Column("state", Text, nullable=False),
+    Column("state", JsonText, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 progress = Table(
@@ -139,6 +170,7 @@ progress = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("position", BigInteger, nullable=False),
+    **_MYSQL_TABLE,
 )
 
 leases = Table(
@@ -147,7 +179,45 @@ leases = Table(
     Column("name", String(64), primary_key=True),
     Column("owner", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
 )
+
+#: MySQL/MariaDB only: one row per ordered category, locked ``FOR UPDATE`` by the writers of the
+#: category (the equivalent of PostgreSQL's transaction-scoped advisory lock, see
+#: :mod:`celery_durable.store.journal.sql`). Kept out of :data:`metadata` because the other
+#: databases have no use for it; :func:`ensure_schema` and :func:`ddl` add it on MySQL.
+mysql_metadata = MetaData(naming_convention=metadata.naming_convention)
+category_locks = Table(
+    "celery_durable_locks",
+    mysql_metadata,
+    Column("name", String(64), primary_key=True),
+    **_MYSQL_TABLE,
+)
+
+
+def _tables_for(dialect: Dialect) -> list[Table]:
+    tables = list(metadata.sorted_tables)
+    if dialect.name in MYSQL_DIALECTS:
+        tables.append(category_locks)
+    return tables
+
+
+@compiles(CreateTable, "mysql")
+@compiles(CreateTable, "mariadb")
+def _create_table_mysql(element: CreateTable, compiler: DDLCompiler, **kw: Any) -> str:
+    """``CREATE TABLE`` of this library's tables with a binary, no-pad collation.
+
+    The server's default (``utf8mb4_general_ci``) would make ``schedule/A`` and ``schedule/a``,
+    or ``x`` and ``x `` (trailing space), the same key: the unique ``(stream, version)`` and the
+    primary keys must compare IDs exactly as Python does. MariaDB calls that collation
+    ``utf8mb4_nopad_bin``, MySQL 8.0 ``utf8mb4_0900_bin``.
+    """
+    text = compiler.visit_create_table(element, **kw)
+    if not element.element.name.startswith("celery_durable_"):
+        return text
+    collation = "utf8mb4_nopad_bin" if compiler.dialect.is_mariadb else "utf8mb4_0900_bin"  # type: ignore[attr-defined]
+    return f"{text.rstrip()} COLLATE={collation}\n\n"
+
 
 #: The schema version this code writes, per component (rows of ``celery_durable_schema``).
 SCHEMA_VERSIONS: dict[str, int] = {"journal": 1}
@@ -179,6 +249,8 @@ def ensure_schema(conn: Connection) -> None:
     :class:`JournalError` when the database was written by a newer version of this library.
     """
     metadata.create_all(conn, checkfirst=True)
+    if conn.dialect.name in MYSQL_DIALECTS:
+        mysql_metadata.create_all(conn, checkfirst=True)
     stored = dict(
         conn.execute(select(schema_versions.c.component, schema_versions.c.version)).all()
     )
@@ -226,7 +298,7 @@ def ddl(url: str) -> str:
     """
     dialect = normalize_url(url).get_dialect()()
     statements: list[str] = []
-    for table in metadata.sorted_tables:
+    for table in _tables_for(dialect):
         statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
@@ -255,9 +327,10 @@ runs = Table(
     Column("lease_until", UtcDateTime, nullable=True),
     Column("wake_at", UtcDateTime, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
-    Column("message", Text, nullable=False),
+    Column("message", JsonText, nullable=False),
     # RunStore.stale(): active runs by lease; RunStore.wakeups(): suspended runs by wake time.
     Index(None, "status", "lease_until"),
     Index(None, "status", "wake_at"),
+    **_MYSQL_TABLE,
 )
 __all__ += ["runs"]

@@ -1,4 +1,4 @@
-"""The SQL journal: SQLAlchemy Core over SQLite (a file) or PostgreSQL (psycopg 3).
+"""The SQL journal: SQLAlchemy Core over SQLite (a file), PostgreSQL (psycopg 3) or MySQL/MariaDB.
 
 Three decisions shape this module; docs/journal.md gives the measurements behind them.
 
@@ -13,6 +13,9 @@ Three decisions shape this module; docs/journal.md gives the measurements behind
 * **PostgreSQL commit order equals position order for ordered categories.** Positions come
   from a sequence and are handed out at INSERT, not at COMMIT; a transaction-scoped advisory lock
   per ordered category makes writers of that category insert and commit one after another.
+  MySQL/MariaDB hand out ``AUTO_INCREMENT`` positions at INSERT too; there the lock is the
+  category's row of ``celery_durable_locks``, locked by an ``INSERT … ON DUPLICATE KEY UPDATE``
+  (an exclusive row lock that InnoDB holds until COMMIT or ROLLBACK, like the advisory lock).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import select as io_select
 import sqlite3
 import threading
 import time
@@ -50,9 +54,11 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     DBAPIError,
+    DisconnectionError,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -74,6 +80,7 @@ from celery_durable.store.journal.encoding import (
     encode_data,
 )
 from celery_durable.store.journal.urls import (
+    is_mysql,
     is_sqlite,
     normalize_url,
     redact,
@@ -100,6 +107,8 @@ _SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 WRITE_OPTION = "celery_durable_write"
 # Key in Connection.info while a journal.transaction() is open on that connection.
 _TX_KEY = "celery_durable_tx"
+# Key in the pool record's info: the last use of the connection was a committed write.
+_COMMITTED_KEY = "celery_durable_committed"
 _VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
 
 _events = schema.events
@@ -142,6 +151,22 @@ def advisory_key(name: str) -> int:
 _SCHEMA_LOCK_KEY = advisory_key("schema")
 _LOCK_STMT = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger)))
 
+# MySQL/MariaDB: the category lock. ON DUPLICATE KEY UPDATE takes an exclusive lock on the
+# existing row (and a new row is locked by its insertion); InnoDB keeps it until the end of the
+# transaction and detects deadlocks with other row locks, as PostgreSQL does for advisory locks.
+_MYSQL_LOCK_STMT = (
+    mysql.insert(schema.category_locks)
+    .values(name=bindparam("name", type_=String(64)))
+    .on_duplicate_key_update(name=schema.category_locks.c.name)
+)
+#: Server-side name of the MySQL/MariaDB session lock that serialises schema creation (DDL
+#: commits implicitly, so no row lock can span it).
+MYSQL_SCHEMA_LOCK = "celery_durable:schema"
+_MYSQL_SCHEMA_LOCK_WAIT_S = 60
+# MySQL error numbers: duplicate key, deadlock (InnoDB rolled the transaction back).
+_ER_DUP_ENTRY = 1062
+_ER_LOCK_DEADLOCK = 1213
+
 # One statement stores one event. The WHERE clause lets the row in only when the stream's
 # previous version exists (or the event is version 1); a concurrent writer of the same version
 # is stopped by the unique constraint. ``preserve_rowcount`` because the count of inserted rows
@@ -149,7 +174,7 @@ _LOCK_STMT = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger
 _prev = _events.alias("prev")
 
 
-def _insert_statement(*, with_lock: bool) -> Insert:
+def _insert_statement(*, with_lock: bool, mysql_lock: bool = False) -> Insert:
     rows = select(
         bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
         bindparam("version", type_=Integer),
@@ -168,7 +193,20 @@ def _insert_statement(*, with_lock: bool) -> Insert:
             ),
         )
     )
-    if with_lock:
+    if mysql_lock:
+        # MySQL/MariaDB: the same idea with the category's row of celery_durable_locks, read
+        # FOR UPDATE in a derived table. The derived table is materialised (the row locked, or
+        # waited for) before the first row is written, hence before an AUTO_INCREMENT position
+        # is drawn -- and before InnoDB takes its AUTO-INC table lock for INSERT ... SELECT, so
+        # a writer waiting here does not hold up other tables' writers of the events table.
+        lock_row = (
+            select(schema.category_locks.c.name)
+            .where(schema.category_locks.c.name == bindparam("lock_name", type_=String(64)))
+            .with_for_update()
+            .subquery("category_lock")
+        )
+        rows = rows.select_from(lock_row)
+    elif with_lock:
         # PostgreSQL only: the row is produced by scanning a one-row subquery that takes the
         # category's advisory lock, so the lock is held before the row's position is drawn
         # (nextval() is evaluated when the row is projected). Saves the round trip of a
@@ -186,6 +224,7 @@ _BULK_ROWS = 64
 
 _INSERT_STMT = _insert_statement(with_lock=False)
 _INSERT_LOCKED_STMT = _insert_statement(with_lock=True)
+_INSERT_MYSQL_LOCKED_STMT = _insert_statement(with_lock=False, mysql_lock=True)
 
 _EVENT_COLUMNS = (
     _events.c.position,
@@ -214,7 +253,14 @@ class SqlJournal:
     safe across ``fork()`` (children drop the parent's pooled connections).
 
     ``ordered_categories``: categories whose readers follow positions (the schedule index);
-    on PostgreSQL their writers are serialised so that commit order equals position order.
+    on PostgreSQL and MySQL their writers are serialised so that commit order equals position
+    order.
+
+    On MySQL/MariaDB the engine defaults to ``READ COMMITTED`` (as PostgreSQL: each statement
+    sees the latest commits, and InnoDB takes no gap locks), a liveness check at checkout
+    (PyMySQL: the socket, no round trip; mysqlclient: ``pool_pre_ping``) and a ``pool_recycle``
+    of 30 minutes, so that connections the server closed after ``wait_timeout`` are replaced
+    instead of failing (docs/howto-mysql.md); ``engine_options`` overrides them.
 
     Example::
 
@@ -235,6 +281,7 @@ class SqlJournal:
         self._sa_url = normalize_url(url)
         self.url = redact(self._sa_url)
         self._sqlite = is_sqlite(self._sa_url)
+        self._mysql = is_mysql(self._sa_url)
         synchronous = str(sqlite_synchronous).upper()
         if synchronous not in _SYNCHRONOUS_MODES:
             raise ValueError(
@@ -250,7 +297,15 @@ class SqlJournal:
         connect_args: dict[str, Any] = dict(secrets)
         if self._sqlite:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
-        options: dict[str, Any] = {"echo": echo, **(engine_options or {})}
+        options: dict[str, Any] = {"echo": echo}
+        # PyMySQL exposes its socket: a closed connection is told without a round trip
+        # (_closed_by_server) instead of pool_pre_ping's COM_PING (~60 µs per checkout).
+        local_check = self._mysql and engine_url.get_driver_name() == "pymysql"
+        if self._mysql:
+            options.update(MYSQL_ENGINE_DEFAULTS, pool_pre_ping=not local_check)
+        if engine_options and "pool_pre_ping" in engine_options:
+            local_check = False  # the caller decides how connections are checked
+        options.update(engine_options or {})
         options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
         # Two views of one pool. ``_core`` serves the journal's own statements; on SQLite its
         # write transactions emit BEGIN IMMEDIATE themselves (_write_connection). ``engine``, for
@@ -260,6 +315,10 @@ class SqlJournal:
         # costs ~20 µs per append (docs/journal.md, "Cost").
         self._core: Engine = _create_engine(engine_url, options, self.url)
         self.engine: Engine = self._core
+        if local_check:
+            event.listen(self._core, "checkout", _closed_by_server)
+        if self._mysql and "pool_reset_on_return" not in (engine_options or {}):
+            event.listen(self._core, "reset", _reset_mysql)
         if self._sqlite:
             event.listen(self._core, "connect", self._on_sqlite_connect)
             self.engine = self._core.execution_options()
@@ -305,6 +364,9 @@ class SqlJournal:
         attempts = 3
         for attempt in range(1, attempts + 1):
             try:
+                if self._mysql:
+                    self._initialise_mysql()
+                    return
                 with self._write_connection() as conn:
                     if not self._sqlite:
                         # Serialises initialisers; SQLite's BEGIN IMMEDIATE already has.
@@ -329,6 +391,52 @@ class SqlJournal:
                 raise JournalError(
                     f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
                 ) from exc
+
+    def _initialise_mysql(self) -> None:
+        """``ensure_schema`` under a named session lock (``GET_LOCK``), released at the end.
+
+        DDL commits implicitly on MySQL, so a transaction's row lock could not cover it; a
+        session lock does, and the server drops it if this connection dies.
+        """
+        with self._core.connect() as conn:
+            got = conn.execute(
+                select(func.get_lock(MYSQL_SCHEMA_LOCK, _MYSQL_SCHEMA_LOCK_WAIT_S))
+            ).scalar()
+            conn.commit()
+            if got != 1:
+                raise JournalError(
+                    f"waited {_MYSQL_SCHEMA_LOCK_WAIT_S} s for another process creating the "
+                    f"journal tables at {self.url}"
+                )
+            try:
+                with conn.begin():
+                    schema.ensure_schema(conn)
+                    # The lock rows exist before the first writer, which reads them FOR UPDATE.
+                    self._insert_lock_rows(conn)
+            finally:
+                with contextlib.suppress(SQLAlchemyError):
+                    conn.execute(select(func.release_lock(MYSQL_SCHEMA_LOCK)))
+                    conn.commit()
+
+    def _insert_lock_rows(self, conn: Connection) -> int:
+        """``INSERT IGNORE`` the lock row of every ordered category; how many were missing."""
+        if not self.ordered_categories:
+            return 0
+        rows = [{"name": name} for name in sorted(self.ordered_categories)]
+        statement = mysql.insert(schema.category_locks).prefix_with("IGNORE")
+        return int(conn.execute(statement, rows).rowcount)
+
+    def _restore_lock_rows(self) -> None:
+        """Recreate missing rows of ``celery_durable_locks`` (someone deleted them): without
+        its row, a category's appends would insert nothing. The caller's retry then works."""
+        try:
+            with self._core.begin() as conn:
+                missing = self._insert_lock_rows(conn)
+        except DBAPIError:
+            log.warning("could not check the category lock rows", exc_info=True)
+            return
+        if missing:
+            log.warning("recreated %d missing row(s) of celery_durable_locks", missing)
 
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
@@ -406,12 +514,17 @@ class SqlJournal:
 
     @contextmanager
     def _write_connection(self) -> Iterator[Connection]:
-        with self._core.connect() as conn, conn.begin():
-            if self._sqlite:
-                # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's
-                # begin() sends none for SQLite; COMMIT/ROLLBACK still go through the driver.
-                conn.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
-            yield conn
+        with self._core.connect() as conn:
+            with conn.begin():
+                if self._sqlite:
+                    # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's
+                    # begin() sends none for SQLite; COMMIT/ROLLBACK still go through the driver.
+                    conn.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+                yield conn
+            if self._mysql:
+                # Committed, nothing run since: the pool's ROLLBACK on return would be a
+                # round trip for nothing on MySQL (_reset_mysql).
+                conn.connection.info[_COMMITTED_KEY] = True
 
     def append_in(self, conn: Connection, appends: Sequence[Append]) -> list[int]:
         """Append inside a :meth:`transaction`; return each stream's new version.
@@ -462,18 +575,20 @@ class SqlJournal:
             needed = sorted(
                 ({row["category"] for row in rows} & self.ordered_categories) - state.locked
             )
-            if len(needed) == 1:
+            if len(needed) == 1 and self._mysql:
+                statement = _INSERT_MYSQL_LOCKED_STMT
+                for row in rows:
+                    row["lock_name"] = needed[0]
+            elif len(needed) == 1:
                 statement = _INSERT_LOCKED_STMT
                 for row in rows:
                     row["lock_key"] = self._lock_keys[needed[0]]
             else:
-                # Sorted: two transactions that need the same locks take them in the same order.
-                for category in needed:
-                    conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+                self._take_locks(conn, needed)
             state.locked.update(needed)
         try:
             result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
-        except IntegrityError as exc:
+        except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not _is_version_conflict(exc):
                 raise
@@ -481,6 +596,8 @@ class SqlJournal:
         if result.rowcount != len(rows):
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
+            if statement is _INSERT_MYSQL_LOCKED_STMT:
+                self._restore_lock_rows()  # or the category's lock row was deleted
             raise self._conflict(appends)
 
     def _append_bulk(
@@ -501,8 +618,7 @@ class SqlJournal:
             needed = sorted(
                 ({r["category"] for r in rows} & self.ordered_categories) - state.locked
             )
-            for category in needed:  # before any position is drawn, in a fixed order
-                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+            self._take_locks(conn, needed)  # before any position is drawn
             state.locked.update(needed)
         names = [a.stream for a in appends]
         current: dict[str, int] = {}
@@ -525,18 +641,29 @@ class SqlJournal:
                     actual_version=found,
                 )
         try:
-            if self._sqlite:
+            if self._sqlite or self._mysql:
+                # On MySQL the drivers turn an executemany of INSERT … VALUES into multi-row
+                # INSERTs (PyMySQL: statements of up to ~1 MB, under max_allowed_packet).
                 plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
                 conn.execute(insert(_events), plain)
             else:
                 copy_rows(
                     conn, _events, _COPY_COLUMNS, (tuple(r[c] for c in _COPY_COLUMNS) for r in rows)
                 )
-        except IntegrityError as exc:
+        except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not _is_version_conflict(exc):
                 raise
             raise self._conflict(appends) from None
+
+    def _take_locks(self, conn: Connection, categories: Sequence[str]) -> None:
+        """Lock the (sorted) categories for this transaction: two transactions that need the
+        same locks take them in the same order."""
+        for category in categories:
+            if self._mysql:
+                conn.execute(_MYSQL_LOCK_STMT, {"name": category})
+            else:
+                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
 
     def _conflict(self, appends: Sequence[Append]) -> AppendConflict:
         """Tell which append does not fit the committed state of its stream.
@@ -652,6 +779,45 @@ def _on_sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _reset_mysql(dbapi_conn: Any, record: Any, state: Any) -> None:
+    """Pool reset on return (SQLAlchemy's "reset event" recipe): ROLLBACK, except after a
+    journal write transaction that committed, which leaves nothing to roll back. Saves one of
+    the three round trips of an append (INSERT, COMMIT, ROLLBACK)."""
+    if record is not None and record.info.pop(_COMMITTED_KEY, False):
+        return
+    dbapi_conn.rollback()
+
+
+def _closed_by_server(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    """Pool checkout on PyMySQL: refuse a connection the server has closed, at no round trip.
+
+    An idle MySQL connection has nothing to read. When the server closes it (``wait_timeout``,
+    a restart, ``KILL``, a proxy's cut) the socket turns readable: end of file, or the error
+    packet MySQL sends first. ``DisconnectionError`` makes the pool discard it and hand out a
+    fresh connection (SQLAlchemy's "custom pessimistic ping" recipe).
+    """
+    sock = getattr(dbapi_conn, "_sock", None)
+    if sock is None:
+        raise DisconnectionError("the MySQL connection is closed")
+    try:
+        readable, _, _ = io_select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        raise DisconnectionError("the MySQL connection's socket is unusable") from None
+    if readable:
+        raise DisconnectionError("the MySQL server closed the connection")
+
+
+#: Engine options for MySQL/MariaDB (``engine_options`` overrides them). READ COMMITTED as on
+#: PostgreSQL; pre-ping (with mysqlclient; PyMySQL checks its socket instead) and recycling so
+#: that a connection the server closed (``wait_timeout``, a restart, a proxy's idle cut) is
+#: replaced before use rather than failing a statement.
+MYSQL_ENGINE_DEFAULTS: Mapping[str, Any] = {
+    "isolation_level": "READ COMMITTED",
+    "pool_reset_on_return": None,  # _reset_mysql does it
+    "pool_pre_ping": True,
+    "pool_recycle": 1800,
+}
+
 _COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
 
 
@@ -695,7 +861,22 @@ def copy_rows(
         ) from exc
 
 
-def _is_version_conflict(exc: IntegrityError) -> bool:
+def _is_version_conflict(exc: DBAPIError) -> bool:
+    """Whether an append failed because another writer stored one of its versions first.
+
+    On MySQL/MariaDB a deadlock between two appends counts too: InnoDB has rolled one of
+    them back, and under READ COMMITTED (no gap locks) two appends can only deadlock on keys
+    they both insert, i.e. versions of a stream they both write.
+    """
+    args = getattr(exc.orig, "args", ())
+    if args and isinstance(args[0], int) and len(args) > 1:
+        code, message = args[0], str(args[1])
+        if code == _ER_LOCK_DEADLOCK:
+            return True
+        if code == _ER_DUP_ENTRY:
+            return _VERSION_CONSTRAINT in message
+    if not isinstance(exc, IntegrityError):
+        return False
     diag = getattr(exc.orig, "diag", None)
     if diag is not None:
         return getattr(diag, "constraint_name", None) == _VERSION_CONSTRAINT

@@ -1,13 +1,17 @@
 """Journal URLs: which databases we accept, in which normal form, and how they are logged.
 
-Only two drivers are supported, because they are the two the test suite runs: the standard
-library's ``sqlite3`` (``sqlite://``) and psycopg 3 (``postgresql+psycopg://``). The usual
-spellings ``postgres://`` and ``postgresql://`` (Heroku, Django, libpq habits) are mapped to
-psycopg 3 rather than to SQLAlchemy's psycopg2 default, which this library does not install.
+Only the drivers the test suite runs are supported: the standard library's ``sqlite3``
+(``sqlite://``), psycopg 3 (``postgresql+psycopg://``) and, for MySQL ≥ 8.0 and MariaDB ≥ 10.6,
+PyMySQL (``mysql+pymysql://``, ``mariadb+pymysql://``) or mysqlclient (``mysql+mysqldb://``). The
+usual spellings ``postgres://`` and ``postgresql://`` (Heroku, Django, libpq habits) are mapped to
+psycopg 3 rather than to SQLAlchemy's psycopg2 default, which this library does not install;
+``mysql://`` and ``mariadb://`` keep SQLAlchemy's default driver (mysqlclient) when it is
+installed and fall back to PyMySQL (the ``celery-durable[mysql]`` extra) when it is not.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from sqlalchemy.engine import URL, make_url
@@ -15,10 +19,14 @@ from sqlalchemy.exc import ArgumentError
 
 from celery_durable.errors import JournalError
 
-__all__ = ["is_sqlite", "normalize_url", "redact", "split_secrets", "sqlite_path"]
+__all__ = ["is_mysql", "is_sqlite", "normalize_url", "redact", "split_secrets", "sqlite_path"]
 
 _POSTGRES_ALIASES = frozenset({"postgres", "postgresql", "postgresql+psycopg"})
 _SQLITE_ALIASES = frozenset({"sqlite", "sqlite+pysqlite"})
+_MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
+_MYSQL_DRIVERS = frozenset({"pymysql", "mysqldb"})
+#: The connection character set: 4-byte UTF-8, so that any Unicode ID or payload round-trips.
+MYSQL_CHARSET = "utf8mb4"
 # Connection parameters that carry a secret when written in the query string.
 _SECRET_QUERY_KEYS = frozenset({"password", "passwd", "sslpassword"})
 _MASK = "***"
@@ -44,6 +52,8 @@ def normalize_url(url: str | URL) -> URL:
       directory, so that a worker that changes directory later still finds the same file;
     * memory databases (``sqlite://``, ``:memory:``, ``mode=memory``) are refused: beat and the
       workers are separate processes and a memory database is private to one of them;
+    * ``mysql://`` / ``mariadb://`` → mysqlclient if importable, else PyMySQL; the connection
+      character set is ``utf8mb4`` (added when absent, any other is refused);
     * every other dialect or driver is refused.
     """
     parsed = _parse(url)
@@ -67,11 +77,37 @@ def normalize_url(url: str | URL) -> URL:
             # ``file:`` URIs are passed to sqlite3 untouched; relative ones are the caller's affair.
             return parsed.set(drivername="sqlite")
         return parsed.set(drivername="sqlite", database=os.path.abspath(database))
+    dialect, _, dbapi = driver.partition("+")
+    if dialect in _MYSQL_DIALECTS and (not dbapi or dbapi in _MYSQL_DRIVERS):
+        return _normalize_mysql(parsed, dialect, dbapi)
     raise JournalError(
-        f"unsupported journal database {driver!r}: use sqlite:///path.db or "
-        "postgresql+psycopg://user@host/db",
+        f"unsupported journal database {driver!r}: use sqlite:///path.db, "
+        "postgresql+psycopg://user@host/db or mysql+pymysql://user@host/db",
         url=redact(parsed),
     )
+
+
+def _normalize_mysql(parsed: URL, dialect: str, dbapi: str) -> URL:
+    if not dbapi:
+        dbapi = "mysqldb" if importlib.util.find_spec("MySQLdb") is not None else "pymysql"
+    if not parsed.database:
+        raise JournalError(
+            "a MySQL/MariaDB journal URL needs a database name: mysql+pymysql://user@host/db",
+            url=redact(parsed),
+        )
+    charset = parsed.query.get("charset", MYSQL_CHARSET)
+    if charset != MYSQL_CHARSET:
+        raise JournalError(
+            f"the journal needs the {MYSQL_CHARSET} character set on MySQL/MariaDB (any Unicode "
+            f"in IDs and data), not charset={charset!r}: drop it from the URL",
+            url=redact(parsed),
+        )
+    return parsed.set(drivername=f"{dialect}+{dbapi}").update_query_dict({"charset": MYSQL_CHARSET})
+
+
+def is_mysql(url: URL) -> bool:
+    """Whether a normalised URL points at MySQL or MariaDB."""
+    return url.get_backend_name() in _MYSQL_DIALECTS
 
 
 def is_sqlite(url: URL) -> bool:

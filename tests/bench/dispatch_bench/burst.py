@@ -274,8 +274,8 @@ def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
     w = out.append
     peers = rec.of("peer_beat")
     pub = rec.of("peer_publish")
-    bb = {b: rec.of("burst_beat", backend=b) for b in ("postgres", "sqlite")}
-    if peers or bb["postgres"] or bb["sqlite"]:
+    bb = {b: rec.of("burst_beat", backend=b) for b in ("postgres", "sqlite", "mysql")}
+    if peers or any(bb.values()):
         n = a.n_burst
         w(f"\n### Burst: {n:,} schedules all due at once → on Redis and recorded (same run)\n")
         w(
@@ -382,7 +382,7 @@ def tick_table(rec: Recorder, a: argparse.Namespace) -> list[str]:
             "decide (s) | store: events+commit (s) | publish (s) | index reads (s) | runs/s |"
         )
         w("|---|---|---|---|---|---|---|---|---|---|---|")
-        for b in ("postgres", "sqlite"):
+        for b in ("postgres", "sqlite", "mysql"):
             rows = [x for x in tk if x["backend"] == b and "ticks_s" in x]
             if rows:
                 w(

@@ -174,9 +174,24 @@ def sqlite_journal() -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def mysql_journal() -> Iterator[str]:
+    """A fresh MariaDB/MySQL database beside ``CELERY_DURABLE_TEST_MYSQL_URL``, dropped after."""
+    from tests.support.services import isolated_database
+
+    base = os.environ.get(
+        "CELERY_DURABLE_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+    )
+    with isolated_database(base) as url:
+        yield url
+
+
+@contextlib.contextmanager
 def journal(backend: str, pg_base: str) -> Iterator[str]:
     if backend == "postgres":
         with pg_journal(pg_base) as url:
+            yield url
+    elif backend == "mysql":
+        with mysql_journal() as url:
             yield url
     else:
         with sqlite_journal() as url:
