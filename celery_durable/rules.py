@@ -1,4 +1,4 @@
-"""When a schedule is due: the rules Daily, Weekly, Every, Cron and Once (SPEC R1-R8a).
+"""When a schedule is due: Daily, Weekly, Every, Cron, Crontab, Once (SPEC R1-R8a, B2).
 
 Rules are immutable values compared by their normalised content. ``next_after`` is pure: the
 caller passes the instant to look after (and, for :class:`Every`, the anchor). Due times are
@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable import cron
+from celery_durable import cron, crontab
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "TUESDAY",
     "WEDNESDAY",
     "Cron",
+    "Crontab",
     "Daily",
     "Every",
     "Once",
@@ -464,35 +465,15 @@ class Every(_Rule):
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class Cron(_Rule):
-    """R4: a five-field cron expression evaluated on local time in ``zone`` (Vixie rules).
+class _LocalMinutes(_Rule):
+    """Cron and Crontab: matching local minutes, found by look-up tables, due under R7."""
 
-    >>> Cron(" 0  2 * * MON ") == Cron("0 2 * * mon")
-    True
-    """
-
-    tag: ClassVar[str] = "cron"
-    expr: str
-    zone: str
-    end_at: datetime | None
-    max_runs: int | None
     _tz: tzinfo = field(init=False, compare=False, repr=False)
     _spec: cron.CronSpec = field(init=False, compare=False, repr=False)
 
-    def __init__(
-        self,
-        expr: str,
-        zone: str = "UTC",
-        *,
-        end_at: datetime | None = None,
-        max_runs: int | None = None,
-    ) -> None:
-        text = cron.normalise(expr)
-        spec, tz = cron.parse(text), _check_zone("Cron.zone", zone)
-        self._set("Cron", end_at, max_runs, expr=text, _spec=spec, _tz=tz, zone=zone)
-
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
-        limit, local, zone = after.astimezone(UTC), after.astimezone(self._tz), self._tz
+        limit, zone = after.astimezone(UTC), self._tz
+        local = after.astimezone(zone)
         # Start at the minute after the local time of ``after``; next_match carries minute 60.
         fields = (local.year, local.month, local.day, local.hour, local.minute + 1)
         while True:
@@ -506,11 +487,109 @@ class Cron(_Rule):
                 return due
             fields = (match.year, match.month, match.day, match.hour, match.minute + 1)
 
+
+@dataclass(frozen=True, slots=True, init=False)
+class Cron(_LocalMinutes):
+    """R4: a five-field cron expression evaluated on local time in ``zone`` (Vixie rules).
+
+    >>> Cron(" 0  2 * * MON ") == Cron("0 2 * * mon")
+    True
+    """
+
+    tag: ClassVar[str] = "cron"
+    expr: str
+    zone: str
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        expr: str,
+        zone: str = "UTC",
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        text = cron.normalise(expr)
+        spec, tz = cron.parse(text), _check_zone("Cron.zone", zone)
+        self._set("Cron", end_at, max_runs, expr=text, _spec=spec, _tz=tz, zone=zone)
+
     def _json_fields(self) -> dict[str, Any]:
         return {"expr": self.expr, "zone": self.zone}
 
     def _describe(self) -> str:
         return f'cron "{self.expr}" {self.zone}'
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Crontab(_LocalMinutes):
+    """B2: Celery's ``crontab`` on local time in ``zone``, with Celery's day rule (AND).
+
+    Fields take every form ``celery.schedules.crontab`` takes (see :mod:`celery_durable.crontab`)
+    and are kept as sorted tuples of the values they expand to. A day matches only when its
+    month, day of month **and** day of week all match — unlike :class:`Cron`, which follows
+    cron's OR rule (R4). Local times follow R7.
+
+    >>> Crontab(minute=0, hour=[2, 14], day_of_week="Monday-wed") == Crontab(0, "2,14", "1-3")
+    True
+    """
+
+    tag: ClassVar[str] = "crontab"
+    minute: tuple[int, ...]
+    hour: tuple[int, ...]
+    day_of_week: tuple[int, ...]
+    day_of_month: tuple[int, ...]
+    month_of_year: tuple[int, ...]
+    zone: str
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        minute: Any = "*",
+        hour: Any = "*",
+        day_of_week: Any = "*",
+        day_of_month: Any = "*",
+        month_of_year: Any = "*",
+        zone: str = "UTC",
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        given = (minute, hour, day_of_week, day_of_month, month_of_year)
+        sets = [
+            crontab.expand(name, value) for name, value in zip(crontab.FIELDS, given, strict=True)
+        ]
+        spec = crontab.spec(*sets)
+        values = {
+            name: tuple(sorted(found)) for name, found in zip(crontab.FIELDS, sets, strict=True)
+        }
+        tz = _check_zone("Crontab.zone", zone)
+        self._set("Crontab", end_at, max_runs, **values, zone=zone, _tz=tz, _spec=spec)
+
+    @classmethod
+    def from_celery(cls, schedule: Any, zone: str | tzinfo = "UTC") -> Crontab:
+        """The rule of a ``celery.schedules.crontab``: its own ``tz`` if it has one, else ``zone``.
+
+        Reads the field sets Celery expanded. The work is done in the adapter
+        :mod:`celery_durable.celery_schedules`; this module stays free of Celery.
+        """
+        from celery_durable.celery_schedules import crontab_rule
+
+        return crontab_rule(schedule, zone)
+
+    def _json_fields(self) -> dict[str, Any]:
+        return {name: list(getattr(self, name)) for name in crontab.FIELDS} | {"zone": self.zone}
+
+    def _describe(self) -> str:
+        fields = (self.minute, self.hour, self.day_of_month, self.month_of_year, self.day_of_week)
+        text = " ".join(
+            crontab.compact(values, name) for values, name in zip(fields, _CRON_ORDER, strict=True)
+        )
+        return f'crontab "{text}" {self.zone}'
+
+
+_CRON_ORDER = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -541,7 +620,7 @@ class Once(_Rule):
         return f"once at {_text_instant(self.at)}"
 
 
-Rule = Daily | Weekly | Every | Cron | Once
+Rule = Daily | Weekly | Every | Cron | Crontab | Once
 
 # --- JSON -----------------------------------------------------------------------------------
 
@@ -567,6 +646,12 @@ def _json_time(where: str, value: object) -> str:
     return value
 
 
+def _json_ints(where: str, value: object) -> list[int]:
+    if not isinstance(value, list) or not all(type(item) is int for item in value):
+        raise _invalid(where, f"expected a list of ints, got {_show(value)}")
+    return value
+
+
 def _json_seconds(value: object) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _invalid("rule JSON (every).seconds", f"expected a number, got {_show(value)}")
@@ -583,6 +668,7 @@ _FIELDS = {
     "weekly": ("days", "at", "zone"),
     "every": ("seconds",),
     "cron": ("expr", "zone"),
+    "crontab": (*crontab.FIELDS, "zone"),
     "once": ("at",),
 }
 
@@ -616,9 +702,10 @@ def _rule_key(data: object) -> tuple[Any, ...] | None:
     key: list[Any] = []
     for name, value in data.items():
         if type(value) is list:
-            if not all(type(item) is str for item in value):
+            kind = type(value[0]) if value else str
+            if kind not in (str, int) or not all(type(item) is kind for item in value):
                 return None
-            value = tuple(value)
+            value = (kind, *value)
         elif type(value) not in (str, int, float, type(None)):
             return None
         key.append((name, type(value), value))
@@ -657,6 +744,9 @@ def _parse_rule(data: object) -> Rule:
         return Every(_json_seconds(data["seconds"]), **bounds)
     if tag == "cron":
         return Cron(data["expr"], data["zone"], **bounds)
+    if tag == "crontab":
+        m, h, dow, dom, moy = (_json_ints(f"{where}.{name}", data[name]) for name in crontab.FIELDS)
+        return Crontab(m, h, dow, dom, moy, data["zone"], **bounds)
     at = _parse_instant(f"{where}.at", data["at"])
     if at is None:
         raise _invalid(f"{where}.at", "expected an ISO 8601 instant, got None")

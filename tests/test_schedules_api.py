@@ -11,6 +11,7 @@ from celery import Celery
 from celery_durable import (
     CatchUp,
     Cron,
+    Crontab,
     Daily,
     Durable,
     DurableError,
@@ -238,3 +239,25 @@ def test_unknown_schedule_is_a_conflict_of_kind_not_found(durable: Durable) -> N
         with pytest.raises(ScheduleNotFound) as info:
             call("nobody")
         assert isinstance(info.value, ScheduleConflict)
+
+
+def test_crontab_create_change_and_read_back(
+    durable: Durable, app: Celery, journal_url: str, clock: FakeClock
+) -> None:
+    """B2: a Crontab rule stored, changed and read back by a fresh Durable."""
+    first_monday = Crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon")
+    durable.schedules.create("first-monday", "backup", "/srv", first_monday)
+    view = durable.schedules.state("first-monday")
+    assert view is not None and view.rule == first_monday
+    assert view.next_due == datetime(2026, 12, 7, 9, tzinfo=UTC)  # T0 is Monday 2 Nov, 12:00
+
+    evening = Crontab(minute=30, hour="22-2", day_of_week="fri-mon", zone="Europe/Oslo")
+    durable.schedules.change("first-monday", "backup", "/srv", evening)
+    reopened = Durable(app, journal_url, clock=clock)
+    try:
+        view = reopened.schedules.state("first-monday")
+        assert view is not None and view.rule == evening
+        # Monday 2 Nov 2026, 22:30 in Oslo (CET) is 21:30 UTC.
+        assert view.next_due == datetime(2026, 11, 2, 21, 30, tzinfo=UTC)
+    finally:
+        reopened.close()
