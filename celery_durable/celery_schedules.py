@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import timedelta, timezone, tzinfo
 
-from celery.schedules import BaseSchedule, crontab
+from celery.schedules import BaseSchedule, crontab, solar
 
 from celery_durable.errors import InvalidSchedule
-from celery_durable.rules import Crontab
+from celery_durable.rules import Crontab, Solar
 
-__all__ = ["crontab_rule", "own_zone", "zone_name"]
+__all__ = ["crontab_rule", "own_zone", "solar_rule", "zone_name"]
 
 
 def zone_name(zone: str | tzinfo) -> str:
@@ -67,3 +67,12 @@ def crontab_rule(schedule: crontab, zone: str | tzinfo = "UTC") -> Crontab:
         month_of_year=schedule.month_of_year,
         zone=zone_name(own_zone(schedule) or zone),
     )
+
+
+def solar_rule(schedule: solar) -> Solar:
+    """The :class:`Solar` rule that is due when ``schedule`` is (B3): same event and place."""
+    if not isinstance(schedule, solar):
+        raise InvalidSchedule(
+            f"expected a celery.schedules.solar, got {type(schedule).__name__}", field="schedule"
+        )
+    return Solar(schedule.event, schedule.lat, schedule.lon)

@@ -1,4 +1,4 @@
-"""When a schedule is due: Daily, Weekly, Every, Cron, Crontab, Once (SPEC R1-R8a, B2).
+"""When a schedule is due: Daily, Weekly, Every, Cron, Crontab, Solar, Once (R1-R8a, B2, B3).
 
 Rules are immutable values compared by their normalised content. ``next_after`` is pure: the
 caller passes the instant to look after (and, for :class:`Every`, the anchor). Due times are
@@ -25,13 +25,14 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable import cron, crontab
+from celery_durable import cron, crontab, sun
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [
     "FRIDAY",
     "MONDAY",
     "SATURDAY",
+    "SOLAR_EVENTS",
     "SUNDAY",
     "THURSDAY",
     "TUESDAY",
@@ -42,6 +43,7 @@ __all__ = [
     "Every",
     "Once",
     "Rule",
+    "Solar",
     "Weekday",
     "Weekly",
     "rule_from_json",
@@ -592,6 +594,76 @@ class Crontab(_LocalMinutes):
 _CRON_ORDER = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 
 
+SOLAR_EVENTS = tuple(sun.EVENTS)
+"""The sun events a Solar rule takes, as Celery's ``solar`` names them."""
+
+
+def _check_degrees(where: str, value: object, limit: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _invalid(where, f"expected a number of degrees, got {_show(value)}")
+    degrees = float(value)
+    if not -limit <= degrees <= limit:  # NaN fails too
+        raise _invalid(where, f"must be between -{limit} and {limit} degrees, got {value}")
+    return degrees
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Solar(_Rule):
+    """B3: each day's sun ``event`` at ``latitude``/``longitude``, as Celery's ``solar``.
+
+    Events: ``sunrise``, ``sunset``, ``solar_noon``, and ``dawn_``/``dusk_`` ``civil``,
+    ``nautical``, ``astronomical``. Days without the event (polar day or night) are skipped.
+    Computing needs ``ephem`` (the ``solar`` extra); the value itself does not.
+
+    >>> Solar("sunrise", 59.91, 10.75)
+    Solar(event='sunrise', latitude=59.91, longitude=10.75, end_at=None, max_runs=None)
+    """
+
+    tag: ClassVar[str] = "solar"
+    event: str
+    latitude: float
+    longitude: float
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        event: str,
+        latitude: float,
+        longitude: float,
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        if not isinstance(event, str) or event not in SOLAR_EVENTS:
+            raise _invalid("Solar.event", f"{_show(event)} is not one of {', '.join(SOLAR_EVENTS)}")
+        self._set(
+            "Solar",
+            end_at,
+            max_runs,
+            event=event,
+            latitude=_check_degrees("Solar.latitude", latitude, 90),
+            longitude=_check_degrees("Solar.longitude", longitude, 180),
+        )
+
+    @classmethod
+    def from_celery(cls, schedule: Any) -> Solar:
+        """The rule of a ``celery.schedules.solar``; see :mod:`celery_durable.celery_schedules`."""
+        from celery_durable.celery_schedules import solar_rule
+
+        return solar_rule(schedule)
+
+    def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
+        # ephem is imported on the first computation, not with this module.
+        return sun.next_event(self.event, self.latitude, self.longitude, after)
+
+    def _json_fields(self) -> dict[str, Any]:
+        return {"event": self.event, "latitude": self.latitude, "longitude": self.longitude}
+
+    def _describe(self) -> str:
+        return f"solar {self.event} at {self.latitude:g}, {self.longitude:g}"
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Once(_Rule):
     """R5: a single due time ``at`` (aware; kept in UTC)."""
@@ -620,7 +692,7 @@ class Once(_Rule):
         return f"once at {_text_instant(self.at)}"
 
 
-Rule = Daily | Weekly | Every | Cron | Crontab | Once
+Rule = Daily | Weekly | Every | Cron | Crontab | Solar | Once
 
 # --- JSON -----------------------------------------------------------------------------------
 
@@ -669,6 +741,7 @@ _FIELDS = {
     "every": ("seconds",),
     "cron": ("expr", "zone"),
     "crontab": (*crontab.FIELDS, "zone"),
+    "solar": ("event", "latitude", "longitude"),
     "once": ("at",),
 }
 
@@ -747,6 +820,8 @@ def _parse_rule(data: object) -> Rule:
     if tag == "crontab":
         m, h, dow, dom, moy = (_json_ints(f"{where}.{name}", data[name]) for name in crontab.FIELDS)
         return Crontab(m, h, dow, dom, moy, data["zone"], **bounds)
+    if tag == "solar":
+        return Solar(data["event"], data["latitude"], data["longitude"], **bounds)
     at = _parse_instant(f"{where}.at", data["at"])
     if at is None:
         raise _invalid(f"{where}.at", "expected an ISO 8601 instant, got None")

@@ -34,7 +34,7 @@ from celery_durable.ids import check_schedule_id, check_text, schedule_stream, t
 from celery_durable.ids import run_id as make_run_id
 from celery_durable.index import UnreadableEntry, fold_stored
 from celery_durable.policies import CatchUp, Overlap
-from celery_durable.rules import Cron, Crontab, Daily, Every, Once, Rule, Weekly
+from celery_durable.rules import Cron, Crontab, Daily, Every, Once, Rule, Solar, Weekly
 from celery_durable.schedule import (
     Change,
     Command,
@@ -52,7 +52,7 @@ from celery_durable.views import RunView, ScheduleView
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
 
-_RULE_TYPES = (Daily, Weekly, Every, Cron, Crontab, Once)
+_RULE_TYPES = (Daily, Weekly, Every, Cron, Crontab, Solar, Once)
 
 _STR_OPTIONS = ("queue", "routing_key", "exchange")
 _NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
@@ -243,7 +243,7 @@ class Schedules:
             raise InvalidSchedule("rule is missing", field="rule")
         if not isinstance(rule, _RULE_TYPES):
             raise InvalidSchedule(
-                "rule must be a Daily, Weekly, Every, Cron, Crontab or Once, "
+                "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
                 f"not {type(rule).__name__}"
             )
         policy = CatchUp.parse(catch_up)

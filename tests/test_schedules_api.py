@@ -20,10 +20,12 @@ from celery_durable import (
     Once,
     Overlap,
     ScheduleConflict,
+    Solar,
     UnknownTask,
     Weekly,
 )
 from tests.support.clock import T0, FakeClock
+from tests.test_solar import celery_next as solar_next
 
 UTC = timezone.utc
 
@@ -259,5 +261,28 @@ def test_crontab_create_change_and_read_back(
         assert view is not None and view.rule == evening
         # Monday 2 Nov 2026, 22:30 in Oslo (CET) is 21:30 UTC.
         assert view.next_due == datetime(2026, 11, 2, 21, 30, tzinfo=UTC)
+    finally:
+        reopened.close()
+
+
+def test_solar_create_change_and_read_back(durable: Durable, app: Celery, journal_url: str) -> None:
+    """B3: a Solar rule stored, changed and read back by a fresh Durable."""
+    durable.schedules.create("lights-on", "backup", "/srv", Solar("sunset", 59.91, 10.75))
+    view = durable.schedules.state("lights-on")
+    assert view is not None and view.rule == Solar("sunset", 59.91, 10.75)
+    # T0 is 2026-11-02 12:00 UTC; Oslo's sunset that day is at 16:19 CET.
+    t0 = datetime(2026, 11, 2, 12, tzinfo=UTC)
+    assert view.next_due is not None
+    assert abs(view.next_due - solar_next("sunset", 59.91, 10.75, t0)) < timedelta(seconds=1)
+    assert view.next_due.replace(second=0, microsecond=0) == datetime(
+        2026, 11, 2, 15, 19, tzinfo=UTC
+    )
+
+    durable.schedules.change("lights-on", "backup", "/srv", Solar("dusk_civil", 59.91, 10.75))
+    reopened = Durable(app, journal_url, clock=FakeClock())
+    try:
+        view = reopened.schedules.state("lights-on")
+        assert view is not None and view.rule == Solar("dusk_civil", 59.91, 10.75)
+        assert view.next_due == Solar("dusk_civil", 59.91, 10.75).next_after(t0)
     finally:
         reopened.close()
