@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from celery_durable import signals
+from celery_durable import signals, sun
 from celery_durable.catchup import due_times
 from celery_durable.codec import check_json_value
 from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
@@ -246,6 +246,8 @@ class Schedules:
                 "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
                 f"not {type(rule).__name__}"
             )
+        if isinstance(rule, Solar):
+            sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
         max_bytes = durable.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)

@@ -21,9 +21,9 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery_durable.errors import DurableError
+from celery_durable.errors import SolarUnavailable
 
-__all__ = ["EVENTS", "MAX_SEARCH_DAYS", "next_event"]
+__all__ = ["EVENTS", "MAX_SEARCH_DAYS", "next_event", "require_ephem"]
 
 UTC = timezone.utc
 
@@ -52,11 +52,8 @@ _MARGIN = timedelta(minutes=2)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-class SolarUnavailable(DurableError, ImportError):
-    """Solar rules need the ``ephem`` package, which is not installed."""
-
-
-def _ephem() -> Any:
+def require_ephem() -> Any:
+    """The ``ephem`` module, or :class:`SolarUnavailable` saying how to install it."""
     try:
         import ephem
     except ImportError:
@@ -102,7 +99,7 @@ def next_event(event: str, latitude: float, longitude: float, after: datetime) -
 
     ``after`` is an aware datetime. Raises :class:`SolarUnavailable` without ``ephem``.
     """
-    ephem = _ephem()
+    ephem = require_ephem()
     observer = _observer(ephem, event, latitude, longitude)
     # Start a little early: ephem may place an event just after ``after`` a fraction of a
     # second before it, and would then answer with the next day's.

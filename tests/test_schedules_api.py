@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta, timezone
 
@@ -24,6 +25,7 @@ from celery_durable import (
     UnknownTask,
     Weekly,
 )
+from celery_durable.errors import SolarUnavailable
 from tests.support.clock import T0, FakeClock
 from tests.test_solar import celery_next as solar_next
 
@@ -286,3 +288,13 @@ def test_solar_create_change_and_read_back(durable: Durable, app: Celery, journa
         assert view.next_due == Solar("dusk_civil", 59.91, 10.75).next_after(t0)
     finally:
         reopened.close()
+
+
+def test_solar_without_ephem_is_refused_before_storing(
+    durable: Durable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ephem", None)  # as if it were not installed
+    before = stored_events(durable)
+    with pytest.raises(SolarUnavailable, match=r"pip install 'celery-durable\[solar\]'"):
+        durable.schedules.create("lights", "backup", "/srv", Solar("sunset", 59.91, 10.75))
+    assert stored_events(durable) == before
