@@ -47,8 +47,11 @@ answering that there is none. Celery searches 366; two years cover every place o
 # Where the canonical search starts, in hours after local mean midnight (see the module doc).
 _CANONICAL = {"next_rising": -0.5, "next_setting": 11.5, "next_transit": 0.0}
 _DAY = timedelta(days=1)
-_MINUTE = timedelta(minutes=1)
 _MARGIN = timedelta(minutes=2)
+# Where the sun skims the horizon (the edges of polar day and night) ephem's answer for one
+# event moves by seconds, even minutes, with the search start; other events of a kind are
+# about a day apart.
+_SAME_EVENT = timedelta(hours=3)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -109,8 +112,8 @@ def next_event(event: str, latitude: float, longitude: float, after: datetime) -
         if found is None:
             return None
         canonical = _solve(ephem, observer, event, _canonical_start(event, longitude, found))
-        if canonical is None or abs(canonical - found) > _MINUTE:  # pragma: no cover - defensive
-            canonical = found
+        if canonical is None or abs(canonical - found) > _SAME_EVENT:  # pragma: no cover
+            canonical = found  # not the same event: the phase rule above failed; keep ephem's
         if canonical > after:
             return canonical
         # This event is at or before ``after`` (a due time asked again): look past it.
