@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kombu.utils import json as kombu_json
 
-from celery_durable.codec import (
+from celery_durable.core.codec import (
     check_json_value,
     decode_celery_value,
     encode_celery_value,

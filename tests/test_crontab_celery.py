@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from celery_durable import Crontab as PublicCrontab
-from celery_durable.celery_schedules import crontab_rule, zone_name
+from celery_durable.celery_schedules import crontab_rule
+from celery_durable.core.crontab import zone_name
+from celery_durable.core.rules import Cron, Crontab, rule_from_json
 from celery_durable.errors import InvalidSchedule
-from celery_durable.rules import Cron, Crontab, rule_from_json
 from tests.test_rules import dues
 from tests.test_rules_properties import oracle, tz, window
 
@@ -486,7 +487,7 @@ def test_a_zone_without_a_name_is_refused() -> None:
 
 def test_rule_modules_import_neither_celery_nor_sqlalchemy() -> None:
     """Pure core: the rule modules' own imports (the adapter is separate)."""
-    package = Path(__file__).parent.parent / "celery_durable"
+    package = Path(__file__).parent.parent / "celery_durable" / "core"
     for module in ("rules.py", "crontab.py", "cron.py", "sun.py", "codec.py"):
         tree = ast.parse((package / module).read_text())
         names = [

@@ -1,4 +1,4 @@
-"""Property tests for celery_durable.rules (R1-R8a, R7 in every zone).
+"""Property tests for celery_durable.core.rules (R1-R8a, R7 in every zone).
 
 The R7 oracle used below does not share code or reasoning with the implementation: it walks UTC
 minute by minute and makes a matching local time due at the first instant whose local wall
@@ -24,8 +24,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from celery_durable.errors import InvalidSchedule
-from celery_durable.rules import (
+from celery_durable.core.rules import (
     SOLAR_EVENTS,
     Cron,
     Crontab,
@@ -37,6 +36,7 @@ from celery_durable.rules import (
     Weekly,
     rule_from_json,
 )
+from celery_durable.errors import InvalidSchedule
 
 cronsim = pytest.importorskip("cronsim")
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from celery_durable import InvalidSchedule, Solar
-from celery_durable.rules import SOLAR_EVENTS, rule_from_json
+from celery_durable.core.rules import SOLAR_EVENTS, rule_from_json
 
 UTC = timezone.utc
 SECOND = timedelta(seconds=1)

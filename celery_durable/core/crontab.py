@@ -2,10 +2,10 @@
 
 Pure: no Celery import. :func:`expand` turns one field, in any form ``celery.schedules.crontab``
 accepts (an int, a string, or any iterable of ints), into the set of values Celery expands it
-to; :func:`spec` builds the look-up tables of :mod:`celery_durable.cron` with Celery's day
+to; :func:`spec` builds the look-up tables of :mod:`celery_durable.core.cron` with Celery's day
 rule: a day matches only when its month, its day of month **and** its day of week are all in
 their sets (classic cron's OR rule does not apply). The R7 mapping of local times to instants
-is :mod:`celery_durable.rules`' job.
+is :mod:`celery_durable.core.rules`' job.
 
 The string grammar is Celery's ``crontab_parser``, quirks included, so that a ``beat_schedule``
 Celery accepts is accepted here and means the same (tests compare with Celery itself):
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import timedelta, timezone, tzinfo
 from typing import Any
 
-from celery_durable import cron
+from celery_durable.core import cron
 from celery_durable.errors import InvalidSchedule
 
-__all__ = ["FIELDS", "compact", "expand", "spec"]
+__all__ = ["FIELDS", "compact", "expand", "own_zone", "spec", "zone_name"]
 
 FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
 """The field names, in the order of ``crontab(minute, hour, day_of_week, ...)``."""
@@ -193,3 +194,45 @@ def compact(values: Iterable[int], field: str) -> str:
         if value is not None:
             start = previous = value
     return ",".join(parts)
+
+
+def zone_name(zone: str | tzinfo) -> str:
+    """The IANA name of a time zone given as a name, a ``ZoneInfo``, a pytz zone or UTC.
+
+    A fixed offset of whole hours maps to ``Etc/GMT±N``; any other zone without a name raises
+    :class:`InvalidSchedule`.
+    """
+    if isinstance(zone, str):
+        return zone
+    name = getattr(zone, "key", None) or getattr(zone, "zone", None)  # zoneinfo, pytz
+    if isinstance(name, str):
+        return name
+    if isinstance(zone, timezone):
+        offset = zone.utcoffset(None)
+        if offset == timedelta(0):
+            return "UTC"
+        hours, rest = divmod(offset, timedelta(hours=1))
+        if not rest and -14 <= hours <= 12:
+            # POSIX-style names: Etc/GMT-2 is two hours *ahead* of UTC.
+            return f"Etc/GMT{-hours:+d}"
+    raise InvalidSchedule(f"time zone {zone!r} has no IANA name (use a ZoneInfo)", field="zone")
+
+
+def own_zone(schedule: Any) -> tzinfo | str | None:
+    """The zone a Celery schedule object carries itself, else ``None`` (Celery then uses the
+    app's zone).
+
+    Its own: set on the object (``schedule.tz = ZoneInfo(…)``, as django-celery-beat's
+    ``TzAwareCrontab`` does) or defined by a subclass (a ``tz`` property). The ``tz`` of
+    ``celery.schedules.BaseSchedule`` itself is the app's zone. Read without importing Celery.
+    """
+    if "tz" not in getattr(schedule, "__dict__", {}):
+        for klass in type(schedule).__mro__:
+            if "tz" in vars(klass):
+                if (klass.__module__, klass.__name__) == ("celery.schedules", "BaseSchedule"):
+                    return None
+                break
+        else:
+            return None
+    found = schedule.tz
+    return found if isinstance(found, (tzinfo, str)) else None

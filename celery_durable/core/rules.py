@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable import cron, crontab, sun
+from celery_durable.core import cron, crontab, sun
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [
@@ -527,10 +527,10 @@ class Cron(_LocalMinutes):
 class Crontab(_LocalMinutes):
     """B2: Celery's ``crontab`` on local time in ``zone``, with Celery's day rule (AND).
 
-    Fields take every form ``celery.schedules.crontab`` takes (see :mod:`celery_durable.crontab`)
-    and are kept as sorted tuples of the values they expand to. A day matches only when its
-    month, day of month **and** day of week all match — unlike :class:`Cron`, which follows
-    cron's OR rule (R4). Local times follow R7.
+    Fields take every form ``celery.schedules.crontab`` takes (see
+    :mod:`celery_durable.core.crontab`) and are kept as sorted tuples of the values they expand
+    to. A day matches only when its month, day of month **and** day of week all match — unlike
+    :class:`Cron`, which follows cron's OR rule (R4). Local times follow R7.
 
     >>> Crontab(minute=0, hour=[2, 14], day_of_week="Monday-wed") == Crontab(0, "2,14", "1-3")
     True
@@ -573,12 +573,18 @@ class Crontab(_LocalMinutes):
     def from_celery(cls, schedule: Any, zone: str | tzinfo = "UTC") -> Crontab:
         """The rule of a ``celery.schedules.crontab``: its own ``tz`` if it has one, else ``zone``.
 
-        Reads the field sets Celery expanded. The work is done in the adapter
-        :mod:`celery_durable.celery_schedules`; this module stays free of Celery.
+        Reads the field sets Celery's own parser expanded (``schedule.minute`` …), so the rule
+        means what Celery means. Pass the app's zone (``app.timezone``) as ``zone``. Only reads
+        attributes: this module does not import Celery.
         """
-        from celery_durable.celery_schedules import crontab_rule
-
-        return crontab_rule(schedule, zone)
+        return cls(
+            schedule.minute,
+            schedule.hour,
+            schedule.day_of_week,
+            schedule.day_of_month,
+            schedule.month_of_year,
+            crontab.zone_name(crontab.own_zone(schedule) or zone),
+        )
 
     def _json_fields(self) -> dict[str, Any]:
         return {name: list(getattr(self, name)) for name in crontab.FIELDS} | {"zone": self.zone}
@@ -648,10 +654,8 @@ class Solar(_Rule):
 
     @classmethod
     def from_celery(cls, schedule: Any) -> Solar:
-        """The rule of a ``celery.schedules.solar``; see :mod:`celery_durable.celery_schedules`."""
-        from celery_durable.celery_schedules import solar_rule
-
-        return solar_rule(schedule)
+        """The rule of a ``celery.schedules.solar``: the same event and place."""
+        return cls(schedule.event, schedule.lat, schedule.lon)
 
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
         # ephem is imported on the first computation, not with this module.
