@@ -110,6 +110,7 @@ def test_days_without_the_event_are_skipped_near_the_pole(
 @given(events, st.floats(49, 80) | st.floats(-80, -49), longitudes, instants)
 @example("sunset", -69.4910534139662, -114.6875, datetime(2043, 1, 1, tzinfo=UTC))
 @example("dawn_civil", -64.0, 0.0, datetime(2000, 11, 20, 1, tzinfo=UTC))
+@example("dawn_astronomical", 60.0, 60.0, datetime(2019, 5, 1, tzinfo=UTC))
 def test_polar_latitudes_agree_with_celery(
     event: str, lat: float, lon: float, after: datetime
 ) -> None:
@@ -119,7 +120,12 @@ def test_polar_latitudes_agree_with_celery(
     rule = Solar(event, lat, lon)
     ours = rule.next_after(after)
     assert ours is not None and ours > after
-    assert abs(ours - celery_next(event, lat, lon, after)) < GRAZING
+    theirs = celery_next(event, lat, lon, after)
+    if abs(ours - theirs) >= GRAZING:
+        # Only on the first or last day an event happens at all, where ephem reports it from
+        # some starts and not from others — Celery itself does not see it from 3 h before.
+        assert theirs < ours
+        assert celery_next(event, lat, lon, theirs - timedelta(hours=3)) - theirs > GRAZING
     # Still one due time per event, wherever the search starts.
     assert rule.next_after(max(after, ours - timedelta(hours=3))) == ours
     assert rule.next_after(ours - timedelta(microseconds=1)) == ours

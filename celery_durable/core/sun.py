@@ -48,10 +48,6 @@ answering that there is none. Celery searches 366; two years cover every place o
 _CANONICAL = {"next_rising": -0.5, "next_setting": 11.5, "next_transit": 0.0}
 _DAY = timedelta(days=1)
 _MARGIN = timedelta(minutes=2)
-# Where the sun skims the horizon (the edges of polar day and night) ephem's answer for one
-# event moves by seconds, even minutes, with the search start; other events of a kind are
-# about a day apart.
-_SAME_EVENT = timedelta(hours=3)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -97,6 +93,27 @@ def _canonical_start(event: str, longitude: float, found: datetime) -> datetime:
     return _EPOCH + offset + days * _DAY
 
 
+def _canonical(
+    ephem: Any, observer: Any, event: str, longitude: float, found: datetime
+) -> datetime | None:
+    """The event's time solved from its day's canonical start.
+
+    On the first or last day an event happens at all (the sun only grazes its horizon) ephem
+    may report it from one start and not from another; the canonical solve then lands on a
+    later day, whose own canonical time is taken, so every start gives the same answer.
+    """
+    start = _canonical_start(event, longitude, found)
+    for _ in range(4):
+        solved = _solve(ephem, observer, event, start)
+        if solved is None:
+            return None
+        again = _canonical_start(event, longitude, solved)
+        if again == start:
+            return solved
+        start = again
+    return solved  # pragma: no cover - a day's canonical solve stays on that day
+
+
 def next_event(event: str, latitude: float, longitude: float, after: datetime) -> datetime | None:
     """The first ``event`` strictly after ``after`` (aware UTC), or ``None`` within two years.
 
@@ -111,11 +128,11 @@ def next_event(event: str, latitude: float, longitude: float, after: datetime) -
         found = _solve(ephem, observer, event, start)
         if found is None:
             return None
-        canonical = _solve(ephem, observer, event, _canonical_start(event, longitude, found))
-        if canonical is None or abs(canonical - found) > _SAME_EVENT:  # pragma: no cover
-            canonical = found  # not the same event: the phase rule above failed; keep ephem's
+        canonical = _canonical(ephem, observer, event, longitude, found)
+        if canonical is None:
+            return None
         if canonical > after:
             return canonical
         # This event is at or before ``after`` (a due time asked again): look past it.
-        start = found + _MARGIN
+        start = max(found, canonical) + _MARGIN
     return None  # pragma: no cover - the second search always moves past ``after``
