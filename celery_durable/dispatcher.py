@@ -25,16 +25,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import EncodeError
 from sqlalchemy.engine import Connection
 
 from celery_durable import signals
+from celery_durable.beat_import import BEAT_ENTRY
 from celery_durable.catchup import recent_due_times
 from celery_durable.codec import time_to_json
 from celery_durable.errors import AppendConflict, DurableError
 from celery_durable.events import (
+    Content,
     RunsMissed,
     ScheduleEvent,
     from_stored,
@@ -90,6 +93,12 @@ MESSAGE_OPTIONS = (
     "time_limit",
     "soft_time_limit",
 )
+
+NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", BEAT_ENTRY))
+"""Options of a beat_schedule entry the dispatcher sets itself rather than passing on.
+
+``retry``: a failed send is retried by the dispatcher (D3), never inside the send.
+"""
 
 #: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
 PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError, EncodeError)
@@ -541,11 +550,13 @@ class Dispatcher:
 
     def _publish(self, sid: str, pending: PendingRun, producer: Any) -> Resend | None:
         task = self.app.tasks.get(pending.task)
-        if task is None:
+        if task is None and BEAT_ENTRY not in pending.options:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
         message = self.message(sid, pending, durable=durable)
-        task.apply_async(
+        # B4: a beat_schedule task known only to the workers goes by name, as stock beat's.
+        send = task.apply_async if task is not None else partial(self.app.send_task, pending.task)
+        send(
             message.args,
             message.kwargs,
             task_id=pending.run_id,
@@ -574,10 +585,14 @@ class Dispatcher:
             durable_schedule=sid,
             durable_due=format_due(pending.due),
             durable_run_id=pending.run_id,
+            celery_beat_task=True,  # B5: as stock beat marks what it sends
         )
         if pending.track_end:
             headers["durable_track_end"] = True
-        send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
+        if BEAT_ENTRY in options:  # B5: every option of the entry, as stock beat passes them
+            send_options = {k: v for k, v in options.items() if k not in NOT_FORWARDED}
+        else:
+            send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
         if durable:
             from celery_durable import tasks
 
@@ -596,7 +611,7 @@ class Dispatcher:
     def _task_missing(self, state: ScheduleState, now: datetime) -> bool:
         """D4: when the schedule's task is gone, log at each due time and decide nothing."""
         content = state.content
-        if content is None or not state.active or content.task in self.app.tasks:
+        if content is None or not state.active or self._sendable_task(content):
             return False
         first = state.next_due()
         if first is not None and first <= now and state.cursor is not None:
@@ -607,6 +622,10 @@ class Dispatcher:
         elif first is not None and first <= now:
             self._log_missing(state.schedule_id, content.task, first, now, None)
         return True
+
+    def _sendable_task(self, content: Content) -> bool:
+        """Registered here, or a beat_schedule entry's task, sent by name if need be (B4)."""
+        return content.task in self.app.tasks or BEAT_ENTRY in content.options
 
     def _log_missing(
         self, sid: str, task: str, due: datetime, now: datetime, exc: Exception | None
@@ -650,7 +669,7 @@ class Dispatcher:
         unsent = [p.due for p in sendable if p.run_id not in self._retry_at]
         if unsent:
             return min(unsent)
-        if state.content is not None and state.active and state.content.task not in self.app.tasks:
+        if state.content is not None and state.active and not self._sendable_task(state.content):
             nxt = content_rule_next(state, now)
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)

@@ -224,6 +224,7 @@ class Change:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pause:
     now: datetime
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,7 +331,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         return [ScheduleChanged(at=command.now, content=command.content)]
     if isinstance(command, Pause):
         _require_live(state, "pause")
-        return [] if state.paused else [SchedulePaused(at=command.now)]
+        return [] if state.paused else [SchedulePaused(at=command.now, reason=command.reason)]
     if isinstance(command, Resume):
         _require_live(state, "resume")
         if not state.paused:

@@ -34,7 +34,7 @@ from celery_durable.ids import check_schedule_id, check_text, schedule_stream, t
 from celery_durable.ids import run_id as make_run_id
 from celery_durable.index import UnreadableEntry, fold_stored
 from celery_durable.policies import CatchUp, Overlap
-from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
+from celery_durable.rules import BeatEntry, Cron, Daily, Every, Once, Rule, Weekly
 from celery_durable.schedule import (
     Change,
     Command,
@@ -140,9 +140,15 @@ class Schedules:
         content = self._content(id, task, input, rule, catch_up, options)
         self._execute(id, lambda now: Change(content=content, now=now))
 
-    def pause(self, id: str) -> None:
-        """Stop starting runs (A3); pausing a paused schedule does nothing."""
-        self._execute(check_schedule_id(id), lambda now: Pause(now=now))
+    def pause(self, id: str, *, reason: str | None = None) -> None:
+        """Stop starting runs (A3); pausing a paused schedule does nothing.
+
+        ``reason`` is stored with the pause (the import of ``beat_schedule`` pauses a removed
+        entry with "removed from beat_schedule", B6).
+        """
+        if reason is not None:
+            check_text(reason, "pause reason", max_length=1000)
+        self._execute(check_schedule_id(id), lambda now: Pause(now=now, reason=reason))
 
     def resume(self, id: str) -> None:
         """Start runs again from the first due time after now (A3)."""
@@ -234,22 +240,33 @@ class Schedules:
         rule: Rule | None,
         catch_up: CatchUp | str,
         options: dict[str, Any],
+        *,
+        from_beat: bool = False,
     ) -> Content:
+        """Check a command's arguments and build the content it stores.
+
+        ``from_beat``: content imported from ``beat_schedule`` (B1–B8), whose options were
+        checked by the import, whose task may be known only to the workers (B4) and whose
+        rule may be a :class:`BeatEntry`.
+        """
         durable = self._durable
         overlap = Overlap.parse(options.pop("overlap", Overlap.ALLOW))
         task_name = durable.task_name(task)
         check_schedule_id(id, task_name)
         if rule is None:
             raise InvalidSchedule("rule is missing", field="rule")
-        if not isinstance(rule, _RULE_TYPES):
+        if not isinstance(rule, _RULE_TYPES) and not (from_beat and isinstance(rule, BeatEntry)):
             raise InvalidSchedule(
                 f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}"
             )
         policy = CatchUp.parse(catch_up)
         max_bytes = durable.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
-        checked_options = check_options(options, max_bytes)
-        durable.require_task(task_name)
+        if from_beat:
+            checked_options = dict(options)
+        else:
+            checked_options = check_options(options, max_bytes)
+            durable.require_task(task_name)
         return Content(
             task=task_name,
             input=input,
