@@ -15,6 +15,7 @@ zone files.
 
 from __future__ import annotations
 
+import copy
 import importlib.resources
 import re
 from collections.abc import Iterable, Iterator
@@ -598,6 +599,13 @@ def _live_next(schedule: Any, after: datetime, on_grid: bool) -> datetime | None
     if own_now.tzinfo is None:
         own_now = own_now.replace(tzinfo=UTC)
     now = (_DECIDING_AT.get() or own_now).astimezone(UTC)
+    if on_grid:
+        # Celery's own classes hold only configuration: a copy whose clock stands still at
+        # `now` answers is_due and remaining_estimate for one instant, so the estimate is
+        # exact (read twice, a moving clock would shift it by the microseconds in between).
+        schedule = copy.copy(schedule)
+        schedule.nowfun = lambda: now
+        own_now = now
     try:
         zone = schedule.tz
     except Exception:  # no app bound: Celery treats naive times as UTC
