@@ -399,3 +399,26 @@ def test_an_interval_runs_one_interval_after_creation_and_keeps_its_grid_across_
     run_until(second, clock, T0 + timedelta(seconds=45), timedelta(seconds=1))
     got = dues(broker.take(), "grid")
     assert got == [T0 + timedelta(seconds=s) for s in (13.5, 23.5, 33.5, 43.5)]
+
+
+# The BeatEntry rule --------------------------------------------------------------------------
+
+
+def test_a_beat_entry_rule_round_trips_as_json_and_is_blind_without_its_object() -> None:
+    from celery_durable.rules import rule_from_json
+
+    rule = BeatEntry("orphan", "<even minutes>")
+    assert rule_from_json(rule.to_json()) == rule
+    assert rule.to_json()["type"] == "beat-entry"
+    assert rule.next_after(T0) is None  # no beat here holds the entry's object
+    assert "orphan" in str(rule)
+
+
+def test_the_api_does_not_create_beat_entry_rules(beat: Beat) -> None:
+    from celery_durable import InvalidSchedule
+
+    scheduler = beat.start({})
+    durable = scheduler._durable
+    assert durable is not None
+    with pytest.raises(InvalidSchedule, match="rule must be"):
+        durable.schedules.create("x", "report", None, BeatEntry("x", "custom"))
