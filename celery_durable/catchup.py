@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery_durable.policies import CatchUp
-from celery_durable.rules import Rule, deciding_at
+from celery_durable.rules import Rule
 
 ON_TIME = timedelta(seconds=60)
 """A due time reached at most this late is on time; later it is missed."""
@@ -98,18 +98,6 @@ def select(
     policy: CatchUp,
 ) -> Selection:
     """The due times in ``(after, now]`` that ``policy`` runs, oldest first (C1–C3)."""
-    with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
-        return _select(rule, after=after, now=now, anchor=anchor, policy=policy)
-
-
-def _select(
-    rule: Rule,
-    *,
-    after: datetime,
-    now: datetime,
-    anchor: datetime | None,
-    policy: CatchUp,
-) -> Selection:
     if policy is CatchUp.LATEST:
         return recent_due_times(rule, after, now, anchor, 1)
     if policy is CatchUp.ALL:

@@ -42,7 +42,7 @@ from celery_durable.events import (
 )
 from celery_durable.ids import run_id
 from celery_durable.policies import Overlap
-from celery_durable.rules import Once
+from celery_durable.rules import Once, deciding_at
 
 FUTURE_TOLERANCE = timedelta(seconds=1)
 """A due time further in the future than this is refused (A6)."""
@@ -413,9 +413,10 @@ def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
         return [] if due is None or due > now else [_decided(state, content, due, now, "rule")]
     if state.cursor is None:
         return []
-    selection = catchup.select(
-        rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
-    )
+    with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
+        selection = catchup.select(
+            rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
+        )
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
         events.append(
