@@ -17,12 +17,13 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery.beat import BeatLazyFunc
 from celery.schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
 
-from celery_durable import rules
+from celery_durable import policies, rules
 from celery_durable.codec import check_json_value
 from celery_durable.errors import DurableError, InvalidSchedule
 from celery_durable.events import Content, SchedulePaused
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("celery_durable.beat")
 
+POLICY_FIELDS: tuple[str, ...] = getattr(policies, "POLICY_FIELDS", ())
+"""The timing policies (P1–P3) this version has; entry options by these names are not sent."""
+
 BEAT_ENTRY = "beat_entry"
 """Option marking a schedule imported from ``beat_schedule``; its value is the entry's name."""
 
@@ -49,9 +53,6 @@ ENTRY_KEYS = frozenset(
     ("task", "schedule", "args", "kwargs", "options", "relative", "last_run_at", "total_run_count")
 )
 """The keys ``celery.beat.ScheduleEntry`` accepts; stock beat refuses any other."""
-
-DURABLE_OPTIONS = ("catch_up", "overlap")
-"""Entry options read by the durable scheduler itself, not sent with the message."""
 
 NOT_SENT = ("task_id", "producer")
 """Entry options the durable scheduler sets itself: the run ID is the task id (S3)."""
@@ -113,6 +114,11 @@ def rule_for(obj: Any, name: str, app: Celery) -> Rule:
             f"beat_schedule entry {name!r}: its schedule {describe(obj)} has no is_due(); "
             "stock beat cannot run it either"
         )
+    return _asked(obj, name)
+
+
+def _asked(obj: Any, name: str) -> BeatEntry:
+    """A rule that asks the live object, which the beat process holds (B3)."""
     stock = next((c for c in (crontab, solar, schedule) if isinstance(obj, c)), None)
     on_grid = stock is not None and not _overrides(obj, stock, ("is_due",))
     bind_beat_schedule(name, obj, on_grid=on_grid)
@@ -183,8 +189,16 @@ def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
         raise InvalidSchedule(f"{where}: 'schedule' is missing")
     rule = rule_for(obj, name, app)
     options = dict(entry.get("options") or {})
+    deadline = app.conf.get("beat_cron_starting_deadline")
+    if deadline is not None and isinstance(obj, crontab) and not isinstance(rule, BeatEntry):
+        # B7: stock beat skips a missed crontab run older than the deadline.
+        if "catch_up_window" in POLICY_FIELDS:
+            options.setdefault("catch_up_window", timedelta(seconds=deadline))
+        else:  # no catch-up window in this version: Celery's crontab applies the deadline
+            rule = _asked(obj, name)
     catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
     overlap = options.pop("overlap", "allow")
+    timing = {k: options.pop(k) for k in POLICY_FIELDS if k in options}
     for key in NOT_SENT:
         if key in options:
             options.pop(key)
@@ -204,7 +218,7 @@ def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
     stored[BEAT_ENTRY] = name
     sid = schedule_id_for_name(name, task)
     content = durable.schedules._content(
-        sid, task, input_, rule, catch_up, dict(stored, overlap=overlap), from_beat=True
+        sid, task, input_, rule, catch_up, dict(stored, overlap=overlap, **timing), from_beat=True
     )
     return sid, content
 

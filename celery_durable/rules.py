@@ -15,7 +15,6 @@ zone files.
 
 from __future__ import annotations
 
-import copy
 import importlib.resources
 import re
 from collections.abc import Iterable, Iterator
@@ -603,8 +602,10 @@ def _live_next(schedule: Any, after: datetime, on_grid: bool) -> datetime | None
         # Celery's own classes hold only configuration: a copy whose clock stands still at
         # `now` answers is_due and remaining_estimate for one instant, so the estimate is
         # exact (read twice, a moving clock would shift it by the microseconds in between).
-        schedule = copy.copy(schedule)
-        schedule.nowfun = lambda: now
+        # (Not copy.copy: Celery's __reduce__ would rebuild the object without its app.)
+        still = object.__new__(type(schedule))
+        still.__dict__.update(vars(schedule), nowfun=lambda: now)
+        schedule = still
         own_now = now
     try:
         zone = schedule.tz

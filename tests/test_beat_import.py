@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler
-from celery.schedules import BaseSchedule, schedstate, schedule
+from celery.schedules import BaseSchedule, crontab, schedstate, schedule
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat import DurableScheduler
@@ -382,6 +382,28 @@ def stock_entries(app: Celery, path: Any) -> set[str]:
         return set(stock.schedule)
     finally:
         stock.close()
+
+
+@pytest.mark.parametrize("deadline", [None, 600])
+def test_beat_cron_starting_deadline_skips_a_missed_crontab_run_as_stock_beat(
+    beat: Beat, broker: Broker, clock: FakeClock, deadline: int | None
+) -> None:
+    hourly = crontab(minute=0, nowfun=clock)
+    stock = ScheduleEntry("x", "report", schedule=hourly, last_run_at=T0, app=None)
+    entries = {"hourly": {"task": "report", "schedule": hourly}}
+    scheduler = beat.start(entries, beat_cron_starting_deadline=deadline)
+    stock.app = scheduler.app
+    hourly.app = scheduler.app
+    scheduler.tick()
+    clock.set(T0 + timedelta(hours=3, minutes=30))  # beat was down: 13:00 to 15:00 missed
+    stock_runs = stock.is_due().is_due
+    scheduler.tick()
+    clock.set(T0 + timedelta(hours=4, seconds=5))
+    scheduler.tick()
+    got = dues(broker.take(), "hourly")
+    late = [T0 + timedelta(hours=3)] if stock_runs else []
+    assert got == [*late, T0 + timedelta(hours=4)]
+    assert stock_runs is (deadline is None)  # the oracle: Celery's own crontab.is_due
 
 
 # B8 ---------------------------------------------------------------------------------------------
