@@ -13,13 +13,17 @@ from typing import Any
 from celery import Celery
 from celery.beat import Scheduler
 
-from celery_durable.beat_import import default_entries, import_beat_schedule
+from celery_durable.beat_import import default_entries, import_beat_schedule, import_entries
 from celery_durable.config import DurableConfig
-from celery_durable.durable import Durable
+from celery_durable.dispatch.dispatcher import Dispatcher
 from celery_durable.errors import DurableError
-from celery_durable.journal.urls import redact
+from celery_durable.runtime import Runtime
+from celery_durable.schedules import Schedules
+from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
+
+__all__ = ["DurableScheduler", "import_beat_schedule"]
 
 
 class DurableScheduler(Scheduler):
@@ -29,21 +33,21 @@ class DurableScheduler(Scheduler):
     max_interval = 5
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
-        self._durable: Durable | None = None
-        self._dispatcher: Any = None
+        self._runtime: Runtime | None = None
+        self._dispatcher: Dispatcher | None = None
         self._closed = False
         self._failing_since: float | None = None
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
         """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher."""
-        self._durable = Durable.for_app(self.app)
+        self._runtime = runtime = Runtime.for_app(self.app)
         entries = default_entries(self)  # as stock beat: celery.backend_cleanup (B7)
         entries.update(self.app.conf.beat_schedule or {})
-        report = import_beat_schedule(self._durable, entries)
+        report = import_entries(runtime, Schedules(runtime), entries)
         if report.imported:
             log.info("durable scheduler: %d beat_schedule entries imported", len(report.imported))
-        self._dispatcher = self._durable.dispatcher()
+        self._dispatcher = Dispatcher(runtime)
         self.data: dict[str, Any] = {}
 
     @property
@@ -56,8 +60,11 @@ class DurableScheduler(Scheduler):
 
         if self._dispatcher is None:
             self.setup_schedule()
+        dispatcher = self._dispatcher
+        if dispatcher is None:  # setup_schedule sets it or raises
+            raise DurableError("the durable scheduler is not set up")
         try:
-            wait = float(self._dispatcher.tick())
+            wait = float(dispatcher.tick())
         except DurableError:
             raise
         except Exception as exc:
@@ -69,8 +76,8 @@ class DurableScheduler(Scheduler):
                     type(exc).__name__,
                     exc,
                 )
-            self._dispatcher._loaded = False
-            return min(self._durable.config.check_interval if self._durable else 5.0, 5.0)
+            dispatcher.invalidate()
+            return min(self._runtime.config.check_interval if self._runtime else 5.0, 5.0)
         if self._failing_since is not None:
             log.warning("durable scheduler: journal reachable again")
             self._failing_since = None
@@ -85,13 +92,13 @@ class DurableScheduler(Scheduler):
         self._closed = True
         if self._dispatcher is not None:
             self._dispatcher.close()
-        if self._durable is not None:
-            self._durable.close()
+        if self._runtime is not None:
+            self._runtime.close()
         super().close()
 
     @property
     def info(self) -> str:
         url = (
-            self._durable.config.url if self._durable else DurableConfig.from_app(self.app.conf).url
+            self._runtime.config.url if self._runtime else DurableConfig.from_app(self.app.conf).url
         )
         return f"    . journal -> {redact(url)}"

@@ -1,10 +1,10 @@
 """Bring ``app.conf.beat_schedule`` into the journal at beat start-up (SPEC B1–B8).
 
 Each entry becomes a durable schedule whose ID is the entry's name (or its mapping by
-:func:`~celery_durable.ids.schedule_id_for_name` when the name breaks S1). The rule is the
+:func:`~celery_durable.core.ids.schedule_id_for_name` when the name breaks S1). The rule is the
 stored rule that expresses the entry's schedule object exactly; an object no stored rule can
 express (custom ``BaseSchedule`` subclasses, ``relative=True``, overridden ``is_due``) becomes
-a :class:`~celery_durable.rules.BeatEntry` rule that asks the live object, as stock beat does.
+a :class:`~celery_durable.core.rules.BeatEntry` rule that asks the live object, as stock beat does.
 
 An entry is refused only where stock beat could not run it either; a refused entry is logged
 with its name and the others are imported. Entries removed since the last start are paused
@@ -23,28 +23,28 @@ from typing import TYPE_CHECKING, Any
 from celery.beat import BeatLazyFunc
 from celery.schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
 
-from celery_durable import policies, rules
-from celery_durable.codec import check_json_value
+from celery_durable.core import policies, rules
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import schedule_id_for_name
+from celery_durable.core.policies import CatchUp
+from celery_durable.core.rules import BeatEntry, Every, Rule, bind_beat_schedule
+from celery_durable.core.schedule_aggregate import Change, Create
+from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.events import Content, SchedulePaused
-from celery_durable.ids import schedule_id_for_name
-from celery_durable.policies import CatchUp
-from celery_durable.rules import BeatEntry, Every, Rule, bind_beat_schedule
-from celery_durable.schedule import Change, Create
+from celery_durable.message import BEAT_ENTRY
 
 if TYPE_CHECKING:
     from celery import Celery
 
+    from celery_durable.core.read_models import ScheduleView
     from celery_durable.durable import Durable
-    from celery_durable.views import ScheduleView
+    from celery_durable.runtime import Runtime
+    from celery_durable.schedules import Schedules
 
 log = logging.getLogger("celery_durable.beat")
 
 POLICY_FIELDS: tuple[str, ...] = getattr(policies, "POLICY_FIELDS", ())
 """The timing policies (P1–P3) this version has; entry options by these names are not sent."""
-
-BEAT_ENTRY = "beat_entry"
-"""Option marking a schedule imported from ``beat_schedule``; its value is the entry's name."""
 
 REMOVED = "removed from beat_schedule"
 """The reason stored with the pause of a schedule whose entry is gone (B6)."""
@@ -172,7 +172,7 @@ def _leaves(value: Any) -> list[Any]:
     return [value]
 
 
-def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
+def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> tuple[str, Content]:
     """The schedule ID and content of one entry; ``InvalidSchedule`` naming it when refused."""
     where = f"beat_schedule entry {name!r}"
     if not isinstance(entry, Mapping):
@@ -183,7 +183,7 @@ def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
     task = entry.get("task")
     if not isinstance(task, str) or not task.strip():
         raise InvalidSchedule(f"{where}: 'task' must name a task, got {task!r}")
-    app = durable.app
+    app = runtime.app
     obj = maybe_schedule(entry.get("schedule"), bool(entry.get("relative", False)), app=app)
     if obj is None:
         raise InvalidSchedule(f"{where}: 'schedule' is missing")
@@ -203,11 +203,11 @@ def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
         if key in options:
             options.pop(key)
             log.warning("%s: option %r is replaced by the durable scheduler's own", where, key)
-    max_bytes = durable.config.max_input_bytes
+    max_bytes = runtime.config.max_input_bytes
     stored = {k: _stored(v, f"{where}: option {k!r}", max_bytes) for k, v in options.items()}
     args = _stored(list(entry.get("args") or ()), f"{where}: args", max_bytes)
     kwargs = _stored(dict(entry.get("kwargs") or {}), f"{where}: kwargs", max_bytes)
-    if durable.is_durable(task):
+    if runtime.is_durable(task):
         input_ = args[0] if len(args) == 1 else (kwargs or None)
     else:
         input_ = None
@@ -217,13 +217,20 @@ def translate(durable: Durable, name: str, entry: Any) -> tuple[str, Content]:
             stored["kwargs"] = kwargs
     stored[BEAT_ENTRY] = name
     sid = schedule_id_for_name(name, task)
-    content = durable.schedules._content(
+    content = schedules.check(
         sid, task, input_, rule, catch_up, dict(stored, overlap=overlap, **timing), from_beat=True
     )
     return sid, content
 
 
 def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> ImportReport:
+    """:func:`import_entries` with a project's ``Durable`` (what beat does at start-up)."""
+    return import_entries(durable.runtime, durable.schedules, entries)
+
+
+def import_entries(
+    runtime: Runtime, schedules: Schedules, entries: Mapping[Any, Any]
+) -> ImportReport:
     """Create or bring up to date one durable schedule per entry; pause removed ones (B6).
 
     A refused entry is logged with its name and skipped; the others are imported. A task not
@@ -234,7 +241,7 @@ def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> Import
     for key, entry in entries.items():
         name = key if isinstance(key, str) else str(key)
         try:
-            sid, content = translate(durable, name, entry)
+            sid, content = translate(runtime, schedules, name, entry)
             if sid in planned:
                 raise InvalidSchedule(
                     f"beat_schedule entry {name!r} maps to schedule ID {sid!r}, "
@@ -246,7 +253,7 @@ def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> Import
             continue
         if sid != name:
             log.warning("beat_schedule entry %r is schedule %r (the name breaks S1)", name, sid)
-        if content.task not in durable.app.tasks:
+        if content.task not in runtime.app.tasks:
             log.warning(
                 "beat_schedule entry %r: task %r is not registered in the beat process; "
                 "it is sent by name, as stock beat sends it",
@@ -255,9 +262,9 @@ def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> Import
             )
         planned[sid] = (name, content)
         report.imported[name] = sid
-    existing = {view.id: view for view in durable.schedules.list()}
+    existing = {view.id: view for view in schedules.list()}
     for sid, (name, content) in planned.items():
-        _apply(durable, sid, name, content, existing.get(sid), report)
+        _apply(schedules, sid, name, content, existing.get(sid), report)
     for sid, view in existing.items():
         if (
             sid not in planned
@@ -265,24 +272,23 @@ def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> Import
             and not view.paused
             and view.options[BEAT_ENTRY] not in report.refused
         ):
-            durable.schedules.pause(sid, reason=REMOVED)
+            schedules.pause(sid, reason=REMOVED)
             log.warning("schedule %r paused: %s (entry %r)", sid, REMOVED, view.options[BEAT_ENTRY])
             report.paused.append(sid)
     return report
 
 
 def _apply(
-    durable: Durable,
+    schedules: Schedules,
     sid: str,
     name: str,
     content: Content,
     view: ScheduleView | None,
     report: ImportReport,
 ) -> None:
-    schedules = durable.schedules
     try:
         if view is None:
-            if durable.schedules.state(sid) is not None:  # deleted: list() leaves those out
+            if schedules.state(sid) is not None:  # deleted: list() leaves those out
                 log.warning(
                     "beat_schedule entry %r names a deleted schedule; it stays deleted", name
                 )
@@ -290,7 +296,7 @@ def _apply(
             schedules._execute(sid, lambda now: Create(content=content, now=now))
             return
         schedules._execute(sid, lambda now: Change(content=content, now=now))
-        if view.paused and _pause_reason(durable, sid) == REMOVED:
+        if view.paused and _pause_reason(schedules, sid) == REMOVED:
             schedules.resume(sid)
             log.warning("schedule %r resumed: entry %r is back in beat_schedule", sid, name)
             report.resumed.append(sid)
@@ -300,9 +306,9 @@ def _apply(
         report.imported.pop(name, None)
 
 
-def _pause_reason(durable: Durable, sid: str) -> str | None:
+def _pause_reason(schedules: Schedules, sid: str) -> str | None:
     """The reason stored with the schedule's latest pause."""
-    pauses = [e for e in durable._store.events(sid) if isinstance(e, SchedulePaused)]
+    pauses = [e for e in schedules.store.events(sid) if isinstance(e, SchedulePaused)]
     return pauses[-1].reason if pauses else None
 
 
@@ -336,6 +342,7 @@ __all__ = [
     "ImportReport",
     "default_entries",
     "import_beat_schedule",
+    "import_entries",
     "rule_for",
     "translate",
 ]

@@ -22,8 +22,8 @@ from celery import Celery
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat_import import REMOVED
-from celery_durable.events import SchedulePaused
-from celery_durable.ids import schedule_id_for_name
+from celery_durable.core.ids import schedule_id_for_name
+from celery_durable.core.schedule_events import SchedulePaused
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.dropin_app"
@@ -164,7 +164,9 @@ def test_a_removed_entry_is_paused_across_restarts_and_resumes_when_put_back(
         try:
             view = client.schedules.state("headers")
             assert view is not None and view.paused
-            pauses = [e for e in client._store.events("headers") if isinstance(e, SchedulePaused)]
+            pauses = [
+                e for e in client.schedules.store.events("headers") if isinstance(e, SchedulePaused)
+            ]
             assert [p.reason for p in pauses] == [REMOVED]
             client.schedules.create("runtime", "proj.work", None, Every(timedelta(seconds=1)))
         finally:

@@ -19,7 +19,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_durable import Durable, Every, parse_run_id
-from celery_durable.rules import BeatEntry
+from celery_durable.core.rules import BeatEntry
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.beat_app"

@@ -23,9 +23,9 @@ from celery.schedules import BaseSchedule, crontab, schedstate, schedule
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat import DurableScheduler
 from celery_durable.beat_import import REMOVED
-from celery_durable.events import SchedulePaused
-from celery_durable.ids import schedule_id_for_name
-from celery_durable.rules import BeatEntry, unbind_beat_schedule
+from celery_durable.core.ids import schedule_id_for_name
+from celery_durable.core.rules import BeatEntry, unbind_beat_schedule
+from celery_durable.core.schedule_events import SchedulePaused
 from tests.support.clock import T0, FakeClock
 from tests.test_dispatcher import Broker
 
@@ -71,12 +71,13 @@ class Beat:
     def __init__(self, redis_url: str, journal_url: str, clock: FakeClock) -> None:
         self.redis_url, self.journal_url, self.clock = redis_url, journal_url, clock
         self.schedulers: list[DurableScheduler] = []
+        self.durable: Durable  # of the latest start
 
     def start(self, beat_schedule: dict[str, Any], **conf: Any) -> DurableScheduler:
         for old in self.schedulers:
             old.close()
         app = make_app(self.redis_url, beat_schedule, **conf)
-        Durable(app, self.journal_url, clock=self.clock)
+        self.durable = Durable(app, self.journal_url, clock=self.clock)
         scheduler = DurableScheduler(app=app, lazy=False)
         self.schedulers.append(scheduler)
         return scheduler
@@ -191,7 +192,7 @@ def test_a_schedule_object_is_due_when_it_says_as_stock_beat_asks_it(
     stock = stock_due_times(make(clock), clock, FRIDAY, until, tick)
     clock.set(FRIDAY)
     scheduler = beat.start({name: {"task": "report", "schedule": make(clock)}})
-    view = scheduler._durable.schedules.state(name)  # type: ignore[union-attr]
+    view = beat.durable.schedules.state(name)
     assert view is not None and isinstance(view.rule, BeatEntry)
     run_until(scheduler, clock, until, tick)
     got = dues(broker.take(), name)
@@ -210,7 +211,7 @@ def test_a_schedule_object_decision_is_stored_before_the_send(
 ) -> None:
     scheduler = beat.start({"even": {"task": "report", "schedule": EvenMinutes(nowfun=clock)}})
     run_until(scheduler, clock, T0 + timedelta(minutes=4), timedelta(minutes=1))
-    runs = scheduler._durable.schedules.runs("even")  # type: ignore[union-attr]
+    runs = beat.durable.schedules.runs("even")
     sent = [m["headers"]["id"] for m in broker.take()]
     assert sorted(sent) == sorted(r.run_id for r in runs)
     assert {r.state for r in runs} == {"started"}
@@ -319,8 +320,8 @@ def test_the_message_carries_the_beat_header(beat: Beat, broker: Broker, clock: 
 # B6 ---------------------------------------------------------------------------------------------
 
 
-def pause_reasons(scheduler: DurableScheduler, sid: str) -> list[str | None]:
-    events = scheduler._durable._store.events(sid)  # type: ignore[union-attr]
+def pause_reasons(durable: Durable, sid: str) -> list[str | None]:
+    events = durable.schedules.store.events(sid)
     return [e.reason for e in events if isinstance(e, SchedulePaused)]
 
 
@@ -332,24 +333,22 @@ def test_a_removed_entry_is_paused_and_resumes_when_put_back(
         "keep": {"task": "report", "schedule": 10.0},
         "gone": {"task": "report", "schedule": 10.0},
     }
-    first = beat.start(entries)
-    first._durable.schedules.create("runtime", "report", None, Every(timedelta(seconds=10)))  # type: ignore[union-attr]
-    first._durable.schedules.create("held", "report", None, Every(timedelta(seconds=10)))  # type: ignore[union-attr]
-    first._durable.schedules.pause("held")  # type: ignore[union-attr]
+    beat.start(entries)
+    beat.durable.schedules.create("runtime", "report", None, Every(timedelta(seconds=10)))
+    beat.durable.schedules.create("held", "report", None, Every(timedelta(seconds=10)))
+    beat.durable.schedules.pause("held")
     second = beat.start({"keep": entries["keep"]})
-    durable = second._durable
-    assert durable is not None
+    durable = beat.durable
     gone = durable.schedules.state("gone")
     assert gone is not None and gone.paused
-    assert pause_reasons(second, "gone") == [REMOVED]
+    assert pause_reasons(beat.durable, "gone") == [REMOVED]
     assert any("'gone'" in r.getMessage() and REMOVED in r.getMessage() for r in caplog.records)
     runtime = durable.schedules.state("runtime")
     assert runtime is not None and not runtime.paused
     run_until(second, clock, T0 + timedelta(seconds=20), timedelta(seconds=10))
     assert {parse_run_id(m["headers"]["id"])[0] for m in broker.take()} == {"keep", "runtime"}
     third = beat.start(entries)
-    durable = third._durable
-    assert durable is not None
+    durable = beat.durable
     back = durable.schedules.state("gone")
     assert back is not None and not back.paused
     held = durable.schedules.state("held")
@@ -365,12 +364,12 @@ def test_backend_cleanup_is_installed_when_stock_beat_installs_it(
     beat: Beat, tmp_path: Any
 ) -> None:
     with_db = beat.start({}, result_backend=f"db+sqlite:///{tmp_path / 'results.db'}")
-    view = with_db._durable.schedules.state("celery.backend_cleanup")  # type: ignore[union-attr]
+    view = beat.durable.schedules.state("celery.backend_cleanup")
     assert view is not None and view.task == "celery.backend_cleanup"
     assert view.options["expires"] == 12 * 3600
     assert "celery.backend_cleanup" in stock_entries(with_db.app, tmp_path / "one")
     without = beat.start({}, result_expires=None)
-    view = without._durable.schedules.state("celery.backend_cleanup")  # type: ignore[union-attr]
+    view = beat.durable.schedules.state("celery.backend_cleanup")
     assert view is not None and view.paused  # no longer installed: removed (B6)
     assert "celery.backend_cleanup" not in stock_entries(without.app, tmp_path / "two")
 
@@ -427,7 +426,7 @@ def test_an_interval_runs_one_interval_after_creation_and_keeps_its_grid_across_
 
 
 def test_a_beat_entry_rule_round_trips_as_json_and_is_blind_without_its_object() -> None:
-    from celery_durable.rules import rule_from_json
+    from celery_durable.core.rules import rule_from_json
 
     rule = BeatEntry("orphan", "<even minutes>")
     assert rule_from_json(rule.to_json()) == rule
@@ -439,8 +438,7 @@ def test_a_beat_entry_rule_round_trips_as_json_and_is_blind_without_its_object()
 def test_the_api_does_not_create_beat_entry_rules(beat: Beat) -> None:
     from celery_durable import InvalidSchedule
 
-    scheduler = beat.start({})
-    durable = scheduler._durable
-    assert durable is not None
+    beat.start({})
+    durable = beat.durable
     with pytest.raises(InvalidSchedule, match="rule must be"):
         durable.schedules.create("x", "report", None, BeatEntry("x", "custom"))

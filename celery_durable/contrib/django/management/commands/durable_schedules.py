@@ -13,8 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from celery_durable.contrib.django import get_durable
 from celery_durable.contrib.django.admin import local_text, status_of, utc_text
+from celery_durable.core.read_models import ScheduleView
 from celery_durable.errors import DurableError
-from celery_durable.views import ScheduleView
 
 
 def schedule_json(view: ScheduleView) -> dict[str, Any]:

@@ -13,8 +13,12 @@ from typing import Any
 
 from celery import signals
 
-from celery_durable.ids import parse_due
-from celery_durable.schedule import MarkEnded
+from celery_durable.control import run_ended
+from celery_durable.core.ids import parse_due
+from celery_durable.core.schedule_aggregate import MarkEnded
+from celery_durable.message import DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
+from celery_durable.runtime import Runtime
+from celery_durable.schedules import ScheduleStore
 
 log = logging.getLogger("celery_durable.ends")
 
@@ -34,25 +38,23 @@ def _on_postrun(
     **_: Any,
 ) -> None:
     request = getattr(task, "request", None)
-    if request is None or not getattr(request, "durable_track_end", False):
+    if request is None or not getattr(request, TRACK_END_HEADER, False):
         return
     outcome = _TERMINAL.get(str(state))
     if outcome is None:
         return
-    from celery_durable.durable import Durable
-
-    durable = Durable.for_app(task.app)
+    runtime = Runtime.for_app(task.app)
     if getattr(task, "__durable__", False):
-        outcome = durable.run_ended(str(task_id))
+        outcome = run_ended(runtime, str(task_id))
         if outcome is None:
             return  # suspended (sleep, retry wait, signal): the run goes on
-    schedule_id = getattr(request, "durable_schedule", None)
-    due_text = getattr(request, "durable_due", None)
+    schedule_id = getattr(request, SCHEDULE_HEADER, None)
+    due_text = getattr(request, DUE_HEADER, None)
     if not schedule_id or not due_text:
         return
     try:
         due = parse_due(due_text)
-        durable._store.execute(
+        ScheduleStore(runtime).execute(
             schedule_id, lambda now: MarkEnded(due=due, outcome=str(outcome), now=now)
         )
     except Exception:  # never fail the task because the end could not be recorded
