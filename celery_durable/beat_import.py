@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from celery.beat import BeatLazyFunc
 from celery.schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
 
-from celery_durable.core import policies, rules
+from celery_durable.core import codec, policies, rules
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.policies import CatchUp
@@ -161,7 +161,9 @@ def _stored(value: Any, what: str, max_bytes: int) -> Any:
             f"{what} holds a BeatLazyFunc; the durable scheduler stores arguments when the "
             "schedule is imported, so it cannot call it at each run"
         )
-    return check_json_value(as_sent(value), what, max_bytes=max_bytes)
+    encode = getattr(codec, "encode_celery_value", None)  # B5's typed JSON, where present
+    stored = as_sent(value) if encode is None else encode(value, what)
+    return check_json_value(stored, what, max_bytes=max_bytes)
 
 
 def _leaves(value: Any) -> list[Any]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from celery_durable.core import codec
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.ids import format_due
 from celery_durable.core.schedule_aggregate import PendingRun
@@ -126,6 +127,18 @@ class Message:
     headers: dict[str, Any]
 
 
+def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``beat_schedule`` schedule's options with their values as Celery would send them.
+
+    The import stores args, kwargs and option values in the typed JSON encoding of B5
+    (datetimes, decimals, UUIDs … keep their type); this reads them back.
+    """
+    decode = getattr(codec, "decode_celery_value", None)
+    if decode is None:  # no typed encoding in this version: the values are plain JSON
+        return dict(options)
+    return {k: v if k == BEAT_ENTRY else decode(v, f"option {k!r}") for k, v in options.items()}
+
+
 def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
     """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
     options = dict(pending.options)
@@ -137,6 +150,7 @@ def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
     if pending.track_end:
         headers[TRACK_END_HEADER] = True
     if BEAT_ENTRY in options:  # B5: every option of the entry, as stock beat passes them
+        options = stored_values(options)
         send_options = {k: v for k, v in options.items() if k not in NOT_FORWARDED}
     else:
         send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}
