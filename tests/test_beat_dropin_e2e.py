@@ -24,7 +24,7 @@ from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat_import import REMOVED
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.schedule_events import SchedulePaused
-from tests.support.processes import python_command, running_process, wait_for
+from tests.support.processes import ManagedProcess, python_command, running_process, wait_for
 
 APP = "tests.e2e.dropin_app"
 SENT = sorted(
@@ -70,6 +70,16 @@ def worker_cmd() -> list[str]:
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def started_worker(tmp_path: Path, env: dict[str, str]) -> Iterator[ManagedProcess]:
+    """A worker that has purged its queues and is consuming (so no beat message is purged)."""
+    with running_process(
+        worker_cmd(), log_path=tmp_path / "worker.log", env=env | {"E2E_ROLE": "worker"}
+    ) as worker:
+        wait_for(lambda: " ready." in worker.read_log(), timeout=60, processes=[worker])
+        yield worker
+
+
 def beat_cmd(scheduler: str, schedule_file: Path) -> list[str]:
     return python_command(
         "-m", "celery", "-A", APP, "beat", "-S", scheduler, "-l", "INFO",
@@ -99,16 +109,16 @@ def test_a_real_beat_schedule_runs_under_durable_as_under_stock_beat(
     journal = f"sqlite:///{tmp_path / 'journal.db'}"
     env = {"E2E_BROKER": broker_url, "E2E_SINK": redis_url, "CELERY_DURABLE_URL": journal}
     with (
-        running_process(
-            worker_cmd(), log_path=tmp_path / "worker.log", env=env | {"E2E_ROLE": "worker"}
-        ) as worker,
+        started_worker(tmp_path, env) as worker,
         running_process(
             beat_cmd("celery.beat:PersistentScheduler", tmp_path / "stock-schedule"),
             log_path=tmp_path / "stock.log",
             env=env,
         ) as stock,
         running_process(
-            beat_cmd("durable", tmp_path / "unused"), log_path=tmp_path / "durable.log", env=env
+            beat_cmd("durable", tmp_path / "unused"),
+            log_path=tmp_path / "durable.log",
+            env=env,
         ) as durable_beat,
     ):
 
@@ -116,8 +126,9 @@ def test_a_real_beat_schedule_runs_under_durable_as_under_stock_beat(
             seen = by_scheduler(received(sink))
             return all(sorted(seen[k]) == SENT for k in seen)
 
+        processes = [worker, stock, durable_beat]
         with contextlib.suppress(TimeoutError):  # what is missing is asserted below
-            wait_for(all_seen, timeout=100, interval=0.5, processes=[worker, stock, durable_beat])
+            wait_for(all_seen, timeout=100, interval=0.5, processes=processes)
         log = durable_beat.read_log()
     seen = by_scheduler(received(sink))
     assert sorted(seen["stock"]) == SENT
@@ -147,9 +158,7 @@ def test_a_removed_entry_is_paused_across_restarts_and_resumes_when_put_back(
     def count(name: str) -> int:
         return sum(1 for m in received(sink) if m["args"][:1] == [name] and "@" in m["id"])
 
-    with running_process(
-        worker_cmd(), log_path=tmp_path / "worker.log", env=env | {"E2E_ROLE": "worker"}
-    ) as worker:
+    with started_worker(tmp_path, env) as worker:
         with running_process(durable_cmd, log_path=tmp_path / "one.log", env=env) as beat:
             wait_for(lambda: count("headers") >= 1, timeout=30, processes=[worker, beat])
         with running_process(
