@@ -229,6 +229,32 @@ def test_a_schedule_object_catches_up_by_the_entry_policy(
     assert dues(broker.take(), "relative") == [T0 + timedelta(hours=h) for h in range(1, 6)]
 
 
+class Broken(BaseSchedule):
+    """A schedule object whose own code fails."""
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        raise RuntimeError("database unavailable")
+
+    def __repr__(self) -> str:
+        return "<broken>"
+
+
+def test_a_schedule_object_that_raises_holds_back_only_its_own_entry(
+    beat: Beat, broker: Broker, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = beat.start(
+        {
+            "broken": {"task": "report", "schedule": Broken(nowfun=clock)},
+            "fine": {"task": "report", "schedule": 10.0},
+        }
+    )
+    run_until(scheduler, clock, T0 + timedelta(seconds=30), timedelta(seconds=5))
+    messages = broker.take()
+    assert dues(messages, "fine") == [T0 + timedelta(seconds=s) for s in (10, 20, 30)]
+    assert dues(messages, "broken") == []
+    assert any("'broken'" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+
+
 # B4 ---------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ zone files.
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -551,6 +552,11 @@ _LIVE: dict[str, tuple[Any, bool]] = {}
 
 _DECIDING_AT: ContextVar[datetime | None] = ContextVar("deciding_at", default=None)
 
+LIVE_RETRY = timedelta(seconds=60)
+"""How long an entry whose schedule object raised waits before it is asked again."""
+
+_log = logging.getLogger("celery_durable.beat")
+
 
 def bind_beat_schedule(entry: str, schedule: Any, *, on_grid: bool = False) -> None:
     """Hold the live schedule object of ``beat_schedule`` entry ``entry`` (beat only).
@@ -664,7 +670,14 @@ class BeatEntry(_Rule):
 
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
         live = _LIVE.get(self.entry)
-        return None if live is None else _live_next(live[0], after, live[1])
+        if live is None:
+            return None
+        try:
+            return _live_next(live[0], after, live[1])
+        except Exception:
+            # The project's own code failed: this entry waits, the other schedules go on.
+            _log.exception("beat_schedule entry %r: its schedule object failed", self.entry)
+            return (_DECIDING_AT.get() or datetime.now(UTC)) + LIVE_RETRY
 
     def _json_fields(self) -> dict[str, Any]:
         return {"entry": self.entry, "schedule": self.schedule}
