@@ -23,15 +23,18 @@ from kombu import Queue
 
 from celery_durable import Durable
 
-app = Celery("dropin_app", broker=os.environ["E2E_BROKER"])
-app.conf.update(
-    timezone="Europe/Oslo",
-    worker_hijack_root_logger=False,
-    broker_connection_retry_on_startup=True,
-    beat_max_loop_interval=1,
-    task_queues=[Queue("celery"), Queue("reports")],
-    result_expires=None,  # no celery.backend_cleanup in either scheduler: compared separately
-)
+SETTINGS: dict[str, Any] = {
+    "broker_url": os.environ["E2E_BROKER"],
+    "timezone": "Europe/Oslo",
+    "task_queues": [Queue("celery"), Queue("reports")],
+    # No celery.backend_cleanup in either scheduler here: B7 is compared on its own.
+    "result_expires": None,
+    "beat_max_loop_interval": 1,
+    "broker_connection_retry_on_startup": True,
+    "worker_hijack_root_logger": False,
+}
+app = Celery("dropin_app")
+app.config_from_object(SETTINGS)
 durable = Durable(app)
 _sink = redis.Redis.from_url(os.environ["E2E_SINK"])
 
