@@ -207,11 +207,13 @@ def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> 
             log.warning("%s: option %r is replaced by the durable scheduler's own", where, key)
     max_bytes = runtime.config.max_input_bytes
     stored = {k: _stored(v, f"{where}: option {k!r}", max_bytes) for k, v in options.items()}
-    args = _stored(list(entry.get("args") or ()), f"{where}: args", max_bytes)
-    kwargs = _stored(dict(entry.get("kwargs") or {}), f"{where}: kwargs", max_bytes)
     if runtime.is_durable(task):
+        # A durable task's input is plain JSON (A1): the input check refuses other values.
+        args, kwargs = as_sent(list(entry.get("args") or ())), as_sent(entry.get("kwargs") or {})
         input_ = args[0] if len(args) == 1 else (kwargs or None)
     else:
+        args = _stored(list(entry.get("args") or ()), f"{where}: args", max_bytes)
+        kwargs = _stored(dict(entry.get("kwargs") or {}), f"{where}: kwargs", max_bytes)
         input_ = None
         if args:
             stored["args"] = args
