@@ -21,10 +21,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery.beat import BeatLazyFunc
-from celery.schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
+from celery.schedules import crontab, maybe_schedule, schedule, solar
 
-from celery_durable.core import codec, policies, rules
-from celery_durable.core.codec import check_json_value
+from celery_durable.celery_schedules import crontab_rule, solar_rule
+from celery_durable.core import policies
+from celery_durable.core.codec import check_json_value, encode_celery_value
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import BeatEntry, Every, Rule, bind_beat_schedule
@@ -89,11 +90,6 @@ def describe(obj: object) -> str:
     return text[:200]
 
 
-def _zone_of(obj: BaseSchedule, app: Celery) -> str:
-    tz = obj.tz if obj.tz is not None else app.timezone
-    return str(getattr(tz, "key", None) or tz)
-
-
 def rule_for(obj: Any, name: str, app: Celery) -> Rule:
     """The stored rule of a ``beat_schedule`` entry's schedule object (B2, B3, B8)."""
     if type(obj) is schedule and not obj.relative:
@@ -102,13 +98,9 @@ def rule_for(obj: Any, name: str, app: Celery) -> Rule:
         except InvalidSchedule:
             pass  # below 1 s or above 366 days: the object itself is asked
     elif isinstance(obj, crontab) and not _overrides(obj, crontab, _RULE_METHODS):
-        rule = _stored_crontab(obj, app)
-        if rule is not None:
-            return rule
+        return _stored_crontab(obj, app)
     elif isinstance(obj, solar) and not _overrides(obj, solar, _RULE_METHODS):
-        rule = _stored_solar(obj)
-        if rule is not None:
-            return rule
+        return _stored_solar(obj)
     if not callable(getattr(obj, "is_due", None)):
         raise InvalidSchedule(
             f"beat_schedule entry {name!r}: its schedule {describe(obj)} has no is_due(); "
@@ -125,22 +117,14 @@ def _asked(obj: Any, name: str) -> BeatEntry:
     return BeatEntry(name, describe(obj))
 
 
-def _stored_crontab(obj: crontab, app: Celery) -> Rule | None:
-    """Celery's crontab as a stored rule with Celery's semantics (B2), when available."""
-    kind = getattr(rules, "Crontab", None)  # the stored crontab rule, where this version has it
-    if kind is None:
-        return None
-    stored: Rule = kind.from_celery(obj, _zone_of(obj, app))
-    return stored
+def _stored_crontab(obj: crontab, app: Celery) -> Rule:
+    """Celery's crontab as the stored ``Crontab`` rule, with Celery's semantics (B2)."""
+    return crontab_rule(obj, app.timezone)
 
 
-def _stored_solar(obj: solar) -> Rule | None:
-    """Celery's solar as the stored ``Solar`` rule (B3), when available."""
-    kind = getattr(rules, "Solar", None)
-    if kind is None:
-        return None
-    stored: Rule = kind(obj.event, obj.lat, obj.lon)
-    return stored
+def _stored_solar(obj: solar) -> Rule:
+    """Celery's solar as the stored ``Solar`` rule (B3)."""
+    return solar_rule(obj)
 
 
 def as_sent(value: Any) -> Any:
@@ -161,9 +145,7 @@ def _stored(value: Any, what: str, max_bytes: int) -> Any:
             f"{what} holds a BeatLazyFunc; the durable scheduler stores arguments when the "
             "schedule is imported, so it cannot call it at each run"
         )
-    encode = getattr(codec, "encode_celery_value", None)  # B5's typed JSON, where present
-    stored = as_sent(value) if encode is None else encode(value, what)
-    return check_json_value(stored, what, max_bytes=max_bytes)
+    return check_json_value(encode_celery_value(value, what), what, max_bytes=max_bytes)
 
 
 def _leaves(value: Any) -> list[Any]:

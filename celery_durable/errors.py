@@ -46,6 +46,10 @@ class UnknownTask(DurableError, LookupError):
     """The task is not registered in the Celery app (A7)."""
 
 
+class SolarUnavailable(DurableError, ImportError):
+    """A Solar rule's due time is needed and the ``ephem`` package is not installed (B3)."""
+
+
 class AppendConflict(DurableError):
     """Another writer appended to the stream first; re-read and decide again (A8)."""
 

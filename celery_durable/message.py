@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery_durable.core import codec
-from celery_durable.core.codec import time_from_json, time_to_json
+from celery_durable.core.codec import decode_celery_value, time_from_json, time_to_json
 from celery_durable.core.ids import format_due
 from celery_durable.core.schedule_aggregate import PendingRun
 
@@ -133,10 +132,10 @@ def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
     The import stores args, kwargs and option values in the typed JSON encoding of B5
     (datetimes, decimals, UUIDs … keep their type); this reads them back.
     """
-    decode = getattr(codec, "decode_celery_value", None)
-    if decode is None:  # no typed encoding in this version: the values are plain JSON
-        return dict(options)
-    return {k: v if k == BEAT_ENTRY else decode(v, f"option {k!r}") for k, v in options.items()}
+    return {
+        k: v if k == BEAT_ENTRY else decode_celery_value(v, f"option {k!r}")
+        for k, v in options.items()
+    }
 
 
 def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:

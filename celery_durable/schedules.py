@@ -16,13 +16,24 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
+from celery_durable.core import sun
 from celery_durable.core.catchup import due_times
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.read_models import RunView, ScheduleView
-from celery_durable.core.rules import BeatEntry, Cron, Daily, Every, Once, Rule, Weekly
+from celery_durable.core.rules import (
+    BeatEntry,
+    Cron,
+    Crontab,
+    Daily,
+    Every,
+    Once,
+    Rule,
+    Solar,
+    Weekly,
+)
 from celery_durable.core.schedule_aggregate import (
     Change,
     Command,
@@ -53,7 +64,7 @@ from celery_durable.store.index import UnreadableEntry, fold_stored
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
-_RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
+_RULE_TYPES = (Daily, Weekly, Every, Cron, Crontab, Solar, Once)
 
 _MAX_ATTEMPTS = 50
 
@@ -251,8 +262,11 @@ class Schedules:
             raise InvalidSchedule("rule is missing", field="rule")
         if not isinstance(rule, _RULE_TYPES) and not (from_beat and isinstance(rule, BeatEntry)):
             raise InvalidSchedule(
-                f"rule must be a Daily, Weekly, Every, Cron or Once, not {type(rule).__name__}"
+                "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
+                f"not {type(rule).__name__}"
             )
+        if isinstance(rule, Solar):
+            sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
         max_bytes = runtime.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)

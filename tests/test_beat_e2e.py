@@ -19,7 +19,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_durable import Durable, Every, parse_run_id
-from celery_durable.core.rules import BeatEntry
+from celery_durable.core.rules import Crontab
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.beat_app"
@@ -132,7 +132,7 @@ def test_existing_beat_schedule_runs_unchanged_with_the_alias(
     assert interval[0]["id"].startswith("interval-2s@")
     reader = journal(pg_url)
     cron = reader.schedules.state("each-minute-cron")
-    assert cron is not None and cron.rule == BeatEntry("each-minute-cron", repr(crontab()))
+    assert cron is not None and cron.rule == Crontab.from_celery(crontab(), "Europe/Oslo")
     assert cron.options == {"args": ["cron", 1], "beat_entry": "each-minute-cron"}
     every = reader.schedules.state("interval-2s")
     assert every is not None and every.rule == Every(timedelta(seconds=2))

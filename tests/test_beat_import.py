@@ -12,8 +12,10 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import pytest
 from celery import Celery
@@ -305,12 +307,13 @@ def comparable(message: dict) -> dict:
     headers = {
         k: v
         for k, v in message["headers"].items()
-        if k not in ("id", "root_id", "correlation_id", "argsrepr") and not k.startswith("durable_")
+        if k not in ("id", "root_id", "correlation_id", "argsrepr", "kwargsrepr")
+        and not k.startswith("durable_")
     }
     properties = {
         k: v
         for k, v in message["properties"].items()
-        if k not in ("correlation_id", "delivery_tag", "delivery_info")
+        if k not in ("correlation_id", "delivery_tag", "delivery_info", "expiration")
     }
     body = message["body"]
     return {"headers": headers, "properties": properties, "body": body}
@@ -468,3 +471,25 @@ def test_the_api_does_not_create_beat_entry_rules(beat: Beat) -> None:
     durable = beat.durable
     with pytest.raises(InvalidSchedule, match="rule must be"):
         durable.schedules.create("x", "report", None, BeatEntry("x", "custom"))
+
+
+def test_typed_values_reach_the_message_as_stock_beat_sends_them(
+    beat: Beat, broker: Broker, clock: FakeClock
+) -> None:
+    when = datetime(2099, 1, 1, 12, 30, tzinfo=UTC)
+    entry = {
+        "task": "report",
+        "schedule": 10.0,
+        "args": (when, Decimal("1.10"), UUID(int=7), ("nested", (1, 2)), {3: "int key"}),
+        "kwargs": {"day": date(2026, 11, 2), "at": time(9, 30)},
+        "options": {"expires": when},
+    }
+    scheduler = beat.start({"typed": entry})
+    run_until(scheduler, clock, T0 + timedelta(seconds=10), timedelta(seconds=10))
+    (durable,) = broker.take()
+    stock = stock_message(scheduler.app, broker, entry)
+    assert comparable(durable) == comparable(stock)
+    assert durable["headers"]["expires"] == when.isoformat()
+    # The broker TTL: milliseconds from each send to `when`, so the sends' moments differ.
+    ttl = int(durable["properties"]["expiration"]) - int(stock["properties"]["expiration"])
+    assert abs(ttl) < 60_000

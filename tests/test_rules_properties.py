@@ -24,7 +24,18 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekly, rule_from_json
+from celery_durable.core.rules import (
+    SOLAR_EVENTS,
+    Cron,
+    Crontab,
+    Daily,
+    Every,
+    Once,
+    Rule,
+    Solar,
+    Weekly,
+    rule_from_json,
+)
 from celery_durable.errors import InvalidSchedule
 
 cronsim = pytest.importorskip("cronsim")
@@ -399,6 +410,23 @@ rules: st.SearchStrategy[Rule] = st.one_of(
     st.builds(Every, intervals, max_runs=st.none() | st.integers(1, 99)),
     st.builds(Cron, cron_exprs, zones, end_at=st.none() | instants),
     st.builds(Once, instants, end_at=st.none() | instants),
+    st.builds(
+        Crontab,
+        st.integers(0, 59) | st.just("*/15"),
+        st.sets(st.integers(0, 23), min_size=1) | st.just("22-2"),
+        st.sampled_from(["*", "mon-fri", "Sunday", "fri-mon"]),
+        st.sampled_from(["*", "1-7", "13", "*/2"]),
+        st.sampled_from(["*", "nov-feb", "JANUARY"]),
+        zones,
+        end_at=st.none() | instants,
+    ),
+    st.builds(
+        Solar,
+        st.sampled_from(SOLAR_EVENTS),
+        st.floats(-90, 90),
+        st.floats(-180, 180),
+        max_runs=st.none() | st.integers(1, 9),
+    ),
 )
 
 
@@ -432,6 +460,9 @@ constructors: list[Callable[..., Rule]] = [
     lambda a, b, c, d: Every(a, end_at=b, max_runs=c),
     lambda a, b, c, d: Cron(a, b, end_at=c, max_runs=d),
     lambda a, b, c, d: Once(a, end_at=b, max_runs=c),
+    lambda a, b, c, d: Crontab(a, b, c, d, zone="UTC"),
+    lambda a, b, c, d: Crontab("0", "*", "*", a, b, end_at=c, max_runs=d),
+    lambda a, b, c, d: Solar(a, b, c, max_runs=d),
 ]
 
 

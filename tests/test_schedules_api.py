@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta, timezone
 
@@ -11,6 +12,7 @@ from celery import Celery
 from celery_durable import (
     CatchUp,
     Cron,
+    Crontab,
     Daily,
     Durable,
     DurableError,
@@ -19,10 +21,13 @@ from celery_durable import (
     Once,
     Overlap,
     ScheduleConflict,
+    Solar,
     UnknownTask,
     Weekly,
 )
+from celery_durable.errors import SolarUnavailable
 from tests.support.clock import T0, FakeClock
+from tests.test_solar import celery_next as solar_next
 
 UTC = timezone.utc
 
@@ -238,3 +243,58 @@ def test_unknown_schedule_is_a_conflict_of_kind_not_found(durable: Durable) -> N
         with pytest.raises(ScheduleNotFound) as info:
             call("nobody")
         assert isinstance(info.value, ScheduleConflict)
+
+
+def test_crontab_create_change_and_read_back(
+    durable: Durable, app: Celery, journal_url: str, clock: FakeClock
+) -> None:
+    """B2: a Crontab rule stored, changed and read back by a fresh Durable."""
+    first_monday = Crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon")
+    durable.schedules.create("first-monday", "backup", "/srv", first_monday)
+    view = durable.schedules.state("first-monday")
+    assert view is not None and view.rule == first_monday
+    assert view.next_due == datetime(2026, 12, 7, 9, tzinfo=UTC)  # T0 is Monday 2 Nov, 12:00
+
+    evening = Crontab(minute=30, hour="22-2", day_of_week="fri-mon", zone="Europe/Oslo")
+    durable.schedules.change("first-monday", "backup", "/srv", evening)
+    reopened = Durable(app, journal_url, clock=clock)
+    try:
+        view = reopened.schedules.state("first-monday")
+        assert view is not None and view.rule == evening
+        # Monday 2 Nov 2026, 22:30 in Oslo (CET) is 21:30 UTC.
+        assert view.next_due == datetime(2026, 11, 2, 21, 30, tzinfo=UTC)
+    finally:
+        reopened.close()
+
+
+def test_solar_create_change_and_read_back(durable: Durable, app: Celery, journal_url: str) -> None:
+    """B3: a Solar rule stored, changed and read back by a fresh Durable."""
+    durable.schedules.create("lights-on", "backup", "/srv", Solar("sunset", 59.91, 10.75))
+    view = durable.schedules.state("lights-on")
+    assert view is not None and view.rule == Solar("sunset", 59.91, 10.75)
+    # T0 is 2026-11-02 12:00 UTC; Oslo's sunset that day is at 16:19 CET.
+    t0 = datetime(2026, 11, 2, 12, tzinfo=UTC)
+    assert view.next_due is not None
+    assert abs(view.next_due - solar_next("sunset", 59.91, 10.75, t0)) < timedelta(seconds=1)
+    assert view.next_due.replace(second=0, microsecond=0) == datetime(
+        2026, 11, 2, 15, 19, tzinfo=UTC
+    )
+
+    durable.schedules.change("lights-on", "backup", "/srv", Solar("dusk_civil", 59.91, 10.75))
+    reopened = Durable(app, journal_url, clock=FakeClock())
+    try:
+        view = reopened.schedules.state("lights-on")
+        assert view is not None and view.rule == Solar("dusk_civil", 59.91, 10.75)
+        assert view.next_due == Solar("dusk_civil", 59.91, 10.75).next_after(t0)
+    finally:
+        reopened.close()
+
+
+def test_solar_without_ephem_is_refused_before_storing(
+    durable: Durable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ephem", None)  # as if it were not installed
+    before = stored_events(durable)
+    with pytest.raises(SolarUnavailable, match=r"pip install 'celery-durable\[solar\]'"):
+        durable.schedules.create("lights", "backup", "/srv", Solar("sunset", 59.91, 10.75))
+    assert stored_events(durable) == before

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import math
+import re
+import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from datetime import time as dt_time
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -162,3 +168,191 @@ def optional_time_to_json(moment: datetime | None) -> str | None:
 
 def optional_time_from_json(text: str | None) -> datetime | None:
     return None if text is None else time_from_json(text)
+
+
+# --- values as Celery's JSON serializer sends them (SPEC B5) --------------------------------
+#
+# kombu's JSON (``kombu.utils.json``, 5.x) sends datetime, date, time, Decimal, UUID and bytes as
+# ``{"__type__": name, "__value__": text}`` and turns them back into objects on the worker;
+# tuples travel as lists and dict keys as strings. The journal stores exactly that JSON form, so
+# a stored value decodes to what the worker would have received from stock beat. One addition:
+# NaN and ±Infinity (which kombu writes as bare ``NaN`` tokens, and the journal refuses) are
+# stored as ``{"__type__": "float", "__value__": "NaN"}``. kombu knows no "float" type, so no
+# value kombu could deliver is ever read as one.
+
+_ENVELOPE = frozenset(("__type__", "__value__"))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_KOMBU_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "datetime": datetime.fromisoformat,
+    "date": lambda text: datetime.fromisoformat(text).date(),
+    "time": dt_time.fromisoformat,
+    "decimal": Decimal,
+    "uuid": lambda fields: UUID(**fields),
+    "bytes": lambda text: text.encode("utf-8"),
+    "base64": lambda text: base64.b64decode(text.encode("utf-8")),
+}
+_DECODERS = {**_KOMBU_DECODERS, "float": lambda text: _NON_FINITE[text]}
+
+
+def _typed(name: str, value: Any) -> dict[str, Any]:
+    return {"__type__": name, "__value__": value}
+
+
+def _float_text(number: float) -> str:
+    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+
+
+def _key(key: Any, path: str, error: type[Exception]) -> str:
+    """A dict key as ``json.dumps`` writes it: str, int, float, bool and None only."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return float.__repr__(key) if math.isfinite(key) else _float_text(key)
+    raise error(
+        f"{path}: a dict key of type {type(key).__name__} cannot be sent by Celery's JSON "
+        "serializer (keys must be str, int, float, bool or None)"
+    )
+
+
+def _textual(value: object) -> bool:
+    """Django's lazy strings, which kombu sends as ``str(value)`` when Django is loaded."""
+    functional = sys.modules.get("django.utils.functional")
+    promise = getattr(functional, "Promise", None)
+    return promise is not None and isinstance(value, promise)
+
+
+def _encode(value: Any, path: str, error: type[Exception], seen: set[int], depth: int) -> Any:
+    if depth > MAX_NESTING:
+        raise error(f"{path}: nested deeper than {MAX_NESTING} levels")
+    if isinstance(value, str):
+        text = str.__str__(value)
+        if not text.isascii() and _SURROGATE.search(text):
+            raise error(f"{path}: text with a lone surrogate cannot be stored (not UTF-8)")
+        return text
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, int):
+        return int(int.__repr__(value))
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else _typed("float", _float_text(value))
+    if isinstance(value, (list, tuple, dict)):
+        if id(value) in seen:
+            raise error(f"{path}: refers to itself (a circular reference)")
+        seen.add(id(value))
+        try:
+            if isinstance(value, dict):
+                return _encode_dict(value, path, error, seen, depth)
+            return [
+                _encode(item, f"{path}[{i}]", error, seen, depth + 1)
+                for i, item in enumerate(value)
+            ]
+        finally:
+            seen.discard(id(value))
+    return _encode_object(value, path, error, seen, depth)
+
+
+def _encode_dict(
+    value: dict[Any, Any], path: str, error: type[Exception], seen: set[int], depth: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        text = _key(key, path, error)
+        out[text] = _encode(item, f"{path}[{text!r}]", error, seen, depth + 1)
+    if out.keys() == _ENVELOPE:
+        # The worker's decoder reads this dict as a typed value: it must be one it knows.
+        kind = out["__type__"]
+        decoder = _KOMBU_DECODERS.get(kind) if isinstance(kind, str) else None
+        if decoder is None:
+            raise error(
+                f"{path}: a dict with exactly the keys '__type__' and '__value__' is read by "
+                f"Celery's JSON decoder as a typed value, and {kind!r} is not a type it knows"
+            )
+        _decode(out, path, error)
+    return out
+
+
+def _encode_object(
+    value: Any, path: str, error: type[Exception], seen: set[int], depth: int
+) -> Any:
+    reducer = getattr(value, "__json__", None)
+    if reducer is not None:
+        return _encode(reducer(), path, error, seen, depth + 1)
+    if _textual(value):
+        return str(value)
+    # The order kombu registers its types in: a datetime is also a date.
+    if isinstance(value, datetime):
+        return _typed("datetime", datetime.isoformat(value))
+    if isinstance(value, date):
+        return _typed("date", date.isoformat(value))
+    if isinstance(value, dt_time):
+        return _typed("time", dt_time.isoformat(value))
+    if isinstance(value, Decimal):
+        return _typed("decimal", str(value))
+    if isinstance(value, UUID):
+        return _typed("uuid", {"hex": value.hex})
+    if isinstance(value, bytes):
+        try:
+            return _typed("bytes", value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return _typed("base64", base64.b64encode(value).decode("utf-8"))
+    raise error(
+        f"{path}: a {type(value).__name__} cannot be sent by Celery's JSON serializer "
+        "(it sends str, int, float, bool, None, lists, tuples, dicts, datetime, date, time, "
+        "Decimal, UUID and bytes)"
+    )
+
+
+def encode_celery_value(
+    value: Any, what: str = "value", *, error: type[Exception] = InvalidSchedule
+) -> Any:
+    """The JSON form of ``value`` as Celery's JSON serializer (kombu) puts it on the wire.
+
+    For args, kwargs and option values of ``beat_schedule`` entries and imported rows (B5):
+    ``decode_celery_value(encode_celery_value(v))`` is what a worker receives from stock beat
+    for ``v`` (kombu's ``loads(dumps(v))``): datetime, date, time, Decimal, UUID and bytes come
+    back as themselves, tuples as lists, int/float/bool/None dict keys as strings. The result
+    is plain JSON (str keys, finite numbers), ready for the journal. Raises ``error`` naming
+    the place in ``what`` (``args[1]['when']``) for what Celery's JSON serializer refuses or
+    its decoder cannot read back. Never pickles.
+    """
+    return _encode(value, what, error, set(), 0)
+
+
+def _decode_envelope(data: dict[str, Any], path: str, error: type[Exception]) -> Any:
+    kind = data["__type__"]
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise error(f"{path}: unknown stored type {kind!r}")
+    try:
+        return decoder(data["__value__"])
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        raise error(
+            f"{path}: {kind} value {data['__value__']!r} cannot be read back by Celery's JSON "
+            f"decoder ({exc})"
+        ) from None
+
+
+def _decode(data: Any, path: str, error: type[Exception]) -> Any:
+    if isinstance(data, list):
+        return [_decode(item, f"{path}[{i}]", error) for i, item in enumerate(data)]
+    if isinstance(data, dict):
+        out = {key: _decode(item, f"{path}[{key!r}]", error) for key, item in data.items()}
+        return _decode_envelope(out, path, error) if out.keys() == _ENVELOPE else out
+    return data
+
+
+def decode_celery_value(
+    data: Any, what: str = "value", *, error: type[Exception] = InvalidSchedule
+) -> Any:
+    """The value :func:`encode_celery_value` stored: what the worker would receive (B5).
+
+    Plain JSON stored before this encoding existed reads back unchanged, except a dict with
+    exactly the keys ``__type__`` and ``__value__``, which becomes the typed value — as the
+    worker's JSON decoder would have read it anyway.
+    """
+    return _decode(data, what, error)

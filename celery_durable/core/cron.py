@@ -14,7 +14,15 @@ from functools import lru_cache
 
 from celery_durable.errors import InvalidSchedule
 
-__all__ = ["FIELD_NAMES", "MACROS", "MAX_EXPR_LENGTH", "CronSpec", "normalise", "parse"]
+__all__ = [
+    "FIELD_NAMES",
+    "MACROS",
+    "MAX_EXPR_LENGTH",
+    "CronSpec",
+    "normalise",
+    "parse",
+    "spec_from_sets",
+]
 
 MAX_EXPR_LENGTH = 1000
 FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
@@ -229,6 +237,23 @@ def parse(text: str) -> CronSpec:
             "day-of-month",
             f"{parts[2]} never occurs in month {parts[3]}, so {_short(text)} never matches",
         )
+    return spec_from_sets(minutes, hours, doms, months, dows, day_and=day_and)
+
+
+def spec_from_sets(
+    minutes: frozenset[int],
+    hours: frozenset[int],
+    doms: frozenset[int],
+    months: frozenset[int],
+    dows: frozenset[int],
+    *,
+    day_and: bool,
+) -> CronSpec:
+    """The look-up tables of non-empty field sets; ``dows`` counts from Sunday = 0.
+
+    ``day_and`` picks the day rule: both day fields must match (Celery's crontab, and cron
+    when one field is ``*``) or either may (cron when both are restricted).
+    """
     return CronSpec(
         minute_next=_next_table(minutes, 59),
         hour_next=_next_table(hours, 23),

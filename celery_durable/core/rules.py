@@ -1,4 +1,4 @@
-"""When a schedule is due: the rules Daily, Weekly, Every, Cron and Once (SPEC R1-R8a).
+"""When a schedule is due: Daily, Weekly, Every, Cron, Crontab, Solar, Once (R1-R8a, B2, B3).
 
 Rules are immutable values compared by their normalised content. ``next_after`` is pure: the
 caller passes the instant to look after (and, for :class:`Every`, the anchor). Due times are
@@ -28,23 +28,26 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable.core import cron
+from celery_durable.core import cron, crontab, sun
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [
     "FRIDAY",
     "MONDAY",
     "SATURDAY",
+    "SOLAR_EVENTS",
     "SUNDAY",
     "THURSDAY",
     "TUESDAY",
     "WEDNESDAY",
     "BeatEntry",
     "Cron",
+    "Crontab",
     "Daily",
     "Every",
     "Once",
     "Rule",
+    "Solar",
     "Weekday",
     "Weekly",
     "rule_from_json",
@@ -468,35 +471,15 @@ class Every(_Rule):
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class Cron(_Rule):
-    """R4: a five-field cron expression evaluated on local time in ``zone`` (Vixie rules).
+class _LocalMinutes(_Rule):
+    """Cron and Crontab: matching local minutes, found by look-up tables, due under R7."""
 
-    >>> Cron(" 0  2 * * MON ") == Cron("0 2 * * mon")
-    True
-    """
-
-    tag: ClassVar[str] = "cron"
-    expr: str
-    zone: str
-    end_at: datetime | None
-    max_runs: int | None
     _tz: tzinfo = field(init=False, compare=False, repr=False)
     _spec: cron.CronSpec = field(init=False, compare=False, repr=False)
 
-    def __init__(
-        self,
-        expr: str,
-        zone: str = "UTC",
-        *,
-        end_at: datetime | None = None,
-        max_runs: int | None = None,
-    ) -> None:
-        text = cron.normalise(expr)
-        spec, tz = cron.parse(text), _check_zone("Cron.zone", zone)
-        self._set("Cron", end_at, max_runs, expr=text, _spec=spec, _tz=tz, zone=zone)
-
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
-        limit, local, zone = after.astimezone(UTC), after.astimezone(self._tz), self._tz
+        limit, zone = after.astimezone(UTC), self._tz
+        local = after.astimezone(zone)
         # Start at the minute after the local time of ``after``; next_match carries minute 60.
         fields = (local.year, local.month, local.day, local.hour, local.minute + 1)
         while True:
@@ -510,11 +493,183 @@ class Cron(_Rule):
                 return due
             fields = (match.year, match.month, match.day, match.hour, match.minute + 1)
 
+
+@dataclass(frozen=True, slots=True, init=False)
+class Cron(_LocalMinutes):
+    """R4: a five-field cron expression evaluated on local time in ``zone`` (Vixie rules).
+
+    >>> Cron(" 0  2 * * MON ") == Cron("0 2 * * mon")
+    True
+    """
+
+    tag: ClassVar[str] = "cron"
+    expr: str
+    zone: str
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        expr: str,
+        zone: str = "UTC",
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        text = cron.normalise(expr)
+        spec, tz = cron.parse(text), _check_zone("Cron.zone", zone)
+        self._set("Cron", end_at, max_runs, expr=text, _spec=spec, _tz=tz, zone=zone)
+
     def _json_fields(self) -> dict[str, Any]:
         return {"expr": self.expr, "zone": self.zone}
 
     def _describe(self) -> str:
         return f'cron "{self.expr}" {self.zone}'
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Crontab(_LocalMinutes):
+    """B2: Celery's ``crontab`` on local time in ``zone``, with Celery's day rule (AND).
+
+    Fields take every form ``celery.schedules.crontab`` takes (see
+    :mod:`celery_durable.core.crontab`) and are kept as sorted tuples of the values they expand
+    to. A day matches only when its month, day of month **and** day of week all match — unlike
+    :class:`Cron`, which follows cron's OR rule (R4). Local times follow R7.
+
+    >>> Crontab(minute=0, hour=[2, 14], day_of_week="Monday-wed") == Crontab(0, "2,14", "1-3")
+    True
+    """
+
+    tag: ClassVar[str] = "crontab"
+    minute: tuple[int, ...]
+    hour: tuple[int, ...]
+    day_of_week: tuple[int, ...]
+    day_of_month: tuple[int, ...]
+    month_of_year: tuple[int, ...]
+    zone: str
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        minute: Any = "*",
+        hour: Any = "*",
+        day_of_week: Any = "*",
+        day_of_month: Any = "*",
+        month_of_year: Any = "*",
+        zone: str = "UTC",
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        given = (minute, hour, day_of_week, day_of_month, month_of_year)
+        sets = [
+            crontab.expand(name, value) for name, value in zip(crontab.FIELDS, given, strict=True)
+        ]
+        spec = crontab.spec(*sets)
+        values = {
+            name: tuple(sorted(found)) for name, found in zip(crontab.FIELDS, sets, strict=True)
+        }
+        tz = _check_zone("Crontab.zone", zone)
+        self._set("Crontab", end_at, max_runs, **values, zone=zone, _tz=tz, _spec=spec)
+
+    @classmethod
+    def from_celery(cls, schedule: Any, zone: str | tzinfo = "UTC") -> Crontab:
+        """The rule of a ``celery.schedules.crontab``: its own ``tz`` if it has one, else ``zone``.
+
+        Reads the field sets Celery's own parser expanded (``schedule.minute`` …), so the rule
+        means what Celery means. Pass the app's zone (``app.timezone``) as ``zone``. Only reads
+        attributes: this module does not import Celery.
+        """
+        return cls(
+            schedule.minute,
+            schedule.hour,
+            schedule.day_of_week,
+            schedule.day_of_month,
+            schedule.month_of_year,
+            crontab.zone_name(crontab.own_zone(schedule) or zone),
+        )
+
+    def _json_fields(self) -> dict[str, Any]:
+        return {name: list(getattr(self, name)) for name in crontab.FIELDS} | {"zone": self.zone}
+
+    def _describe(self) -> str:
+        fields = (self.minute, self.hour, self.day_of_month, self.month_of_year, self.day_of_week)
+        text = " ".join(
+            crontab.compact(values, name) for values, name in zip(fields, _CRON_ORDER, strict=True)
+        )
+        return f'crontab "{text}" {self.zone}'
+
+
+_CRON_ORDER = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+
+
+SOLAR_EVENTS = tuple(sun.EVENTS)
+"""The sun events a Solar rule takes, as Celery's ``solar`` names them."""
+
+
+def _check_degrees(where: str, value: object, limit: int) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _invalid(where, f"expected a number of degrees, got {_show(value)}")
+    degrees = float(value)
+    if not -limit <= degrees <= limit:  # NaN fails too
+        raise _invalid(where, f"must be between -{limit} and {limit} degrees, got {value}")
+    return degrees
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Solar(_Rule):
+    """B3: each day's sun ``event`` at ``latitude``/``longitude``, as Celery's ``solar``.
+
+    Events: ``sunrise``, ``sunset``, ``solar_noon``, and ``dawn_``/``dusk_`` ``civil``,
+    ``nautical``, ``astronomical``. Days without the event (polar day or night) are skipped.
+    Computing needs ``ephem`` (the ``solar`` extra); the value itself does not.
+
+    >>> Solar("sunrise", 59.91, 10.75)
+    Solar(event='sunrise', latitude=59.91, longitude=10.75, end_at=None, max_runs=None)
+    """
+
+    tag: ClassVar[str] = "solar"
+    event: str
+    latitude: float
+    longitude: float
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        event: str,
+        latitude: float,
+        longitude: float,
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        if not isinstance(event, str) or event not in SOLAR_EVENTS:
+            raise _invalid("Solar.event", f"{_show(event)} is not one of {', '.join(SOLAR_EVENTS)}")
+        self._set(
+            "Solar",
+            end_at,
+            max_runs,
+            event=event,
+            latitude=_check_degrees("Solar.latitude", latitude, 90),
+            longitude=_check_degrees("Solar.longitude", longitude, 180),
+        )
+
+    @classmethod
+    def from_celery(cls, schedule: Any) -> Solar:
+        """The rule of a ``celery.schedules.solar``: the same event and place."""
+        return cls(schedule.event, schedule.lat, schedule.lon)
+
+    def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
+        # ephem is imported on the first computation, not with this module.
+        return sun.next_event(self.event, self.latitude, self.longitude, after)
+
+    def _json_fields(self) -> dict[str, Any]:
+        return {"event": self.event, "latitude": self.latitude, "longitude": self.longitude}
+
+    def _describe(self) -> str:
+        return f"solar {self.event} at {self.latitude:g}, {self.longitude:g}"
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -686,7 +841,7 @@ class BeatEntry(_Rule):
         return f"beat_schedule entry {self.entry!r} ({self.schedule or 'custom schedule'})"
 
 
-Rule = Daily | Weekly | Every | Cron | Once | BeatEntry
+Rule = Daily | Weekly | Every | Cron | Crontab | Solar | Once | BeatEntry
 
 # --- JSON -----------------------------------------------------------------------------------
 
@@ -712,6 +867,12 @@ def _json_time(where: str, value: object) -> str:
     return value
 
 
+def _json_ints(where: str, value: object) -> list[int]:
+    if not isinstance(value, list) or not all(type(item) is int for item in value):
+        raise _invalid(where, f"expected a list of ints, got {_show(value)}")
+    return value
+
+
 def _json_seconds(value: object) -> timedelta:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _invalid("rule JSON (every).seconds", f"expected a number, got {_show(value)}")
@@ -728,6 +889,8 @@ _FIELDS = {
     "weekly": ("days", "at", "zone"),
     "every": ("seconds",),
     "cron": ("expr", "zone"),
+    "crontab": (*crontab.FIELDS, "zone"),
+    "solar": ("event", "latitude", "longitude"),
     "once": ("at",),
     "beat-entry": ("entry", "schedule"),
 }
@@ -762,9 +925,10 @@ def _rule_key(data: object) -> tuple[Any, ...] | None:
     key: list[Any] = []
     for name, value in data.items():
         if type(value) is list:
-            if not all(type(item) is str for item in value):
+            kind = type(value[0]) if value else str
+            if kind not in (str, int) or not all(type(item) is kind for item in value):
                 return None
-            value = tuple(value)
+            value = (kind, *value)
         elif type(value) not in (str, int, float, type(None)):
             return None
         key.append((name, type(value), value))
@@ -803,6 +967,11 @@ def _parse_rule(data: object) -> Rule:
         return Every(_json_seconds(data["seconds"]), **bounds)
     if tag == "cron":
         return Cron(data["expr"], data["zone"], **bounds)
+    if tag == "crontab":
+        m, h, dow, dom, moy = (_json_ints(f"{where}.{name}", data[name]) for name in crontab.FIELDS)
+        return Crontab(m, h, dow, dom, moy, data["zone"], **bounds)
+    if tag == "solar":
+        return Solar(data["event"], data["latitude"], data["longitude"], **bounds)
     if tag == "beat-entry":
         return BeatEntry(data["entry"], data["schedule"], **bounds)
     at = _parse_instant(f"{where}.at", data["at"])
