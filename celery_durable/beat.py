@@ -8,120 +8,23 @@ the scheduler once with ``lazy=True`` only to print its banner, so nothing here 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from celery import Celery
 from celery.beat import Scheduler
-from celery.schedules import crontab, schedule, solar
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from celery_durable.beat_import import default_entries, import_beat_schedule, import_entries
 from celery_durable.config import DurableConfig
-from celery_durable.core.policies import CatchUp
-from celery_durable.core.rules import Cron, Every, Rule
 from celery_durable.dispatch.dispatcher import Dispatcher
-from celery_durable.errors import DurableError, InvalidSchedule, JournalUnavailable
-from celery_durable.message import SCHEDULE_OPTIONS
+from celery_durable.errors import DurableError, JournalUnavailable
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
 from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
 
-
-def rule_of(entry_schedule: Any, app: Celery, name: str) -> Rule:
-    """The durable rule of a ``beat_schedule`` entry's ``schedule`` value."""
-    if isinstance(entry_schedule, solar):
-        raise InvalidSchedule(
-            f"beat_schedule entry {name!r}: solar schedules are not supported by the durable "
-            "scheduler; use a Cron or Daily rule instead",
-            schedule_id=name,
-        )
-    if isinstance(entry_schedule, crontab):
-        fields = (
-            entry_schedule._orig_minute,
-            entry_schedule._orig_hour,
-            entry_schedule._orig_day_of_month,
-            entry_schedule._orig_month_of_year,
-            entry_schedule._orig_day_of_week,
-        )
-        tz = entry_schedule.__dict__.get("tz") or app.timezone
-        return Cron(" ".join(str(f) for f in fields), zone=getattr(tz, "key", str(tz)))
-    if isinstance(entry_schedule, schedule):
-        return Every(entry_schedule.run_every)
-    if isinstance(entry_schedule, timedelta):
-        return Every(entry_schedule)
-    if isinstance(entry_schedule, (int, float)) and not isinstance(entry_schedule, bool):
-        return Every(timedelta(seconds=entry_schedule))
-    raise InvalidSchedule(
-        f"beat_schedule entry {name!r}: unsupported schedule {type(entry_schedule).__name__}",
-        schedule_id=name,
-    )
-
-
-class _HasSchedules(Protocol):
-    """What :func:`import_beat_schedule` needs of a ``Durable``."""
-
-    @property
-    def runtime(self) -> Runtime: ...
-    @property
-    def schedules(self) -> Schedules: ...
-
-
-def import_beat_schedule(
-    durable: _HasSchedules, entries: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Create (or bring up to date) one durable schedule per ``beat_schedule`` entry.
-
-    ``durable`` is the project's ``Durable``. See :func:`import_entries`.
-    """
-    return import_entries(durable.runtime, durable.schedules, entries)
-
-
-def import_entries(
-    runtime: Runtime, schedules: Schedules, entries: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Create (or bring up to date) one durable schedule per ``beat_schedule`` entry.
-
-    The entry's name is the schedule ID. A schedule that exists takes the entry's content
-    (a change that stores nothing when equal); a deleted one is left deleted, with a warning.
-    Every entry is checked before any is stored, so a bad one fails start-up with nothing stored.
-    Returns the IDs imported.
-    """
-    planned = []
-    for name, entry in entries.items():
-        task = entry.get("task")
-        rule = rule_of(entry.get("schedule"), runtime.app, name)
-        options = dict(entry.get("options") or {})
-        catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
-        overlap = options.pop("overlap", "allow")
-        ignored = sorted(set(options) - SCHEDULE_OPTIONS)
-        for key in ignored:
-            log.warning("beat_schedule entry %r: option %r is not carried over", name, key)
-            options.pop(key)
-        args = list(entry.get("args") or ())
-        kwargs = dict(entry.get("kwargs") or {})
-        if runtime.is_durable(str(task)):
-            input_ = entry.get("input", args[0] if len(args) == 1 else (kwargs or None))
-        else:
-            input_ = None
-            if args:
-                options["args"] = args
-            if kwargs:
-                options["kwargs"] = kwargs
-        content = (task, input_, rule, catch_up, overlap, options)
-        schedules.check(name, task, input_, rule, catch_up, dict(options, overlap=overlap))
-        planned.append((name, content))
-    for name, (task, input_, rule, catch_up, overlap, options) in planned:
-        view = schedules.state(name)
-        if view is None:
-            schedules.create(name, task, input_, rule, catch_up, overlap=overlap, **options)
-        elif view.deleted:
-            log.warning("beat_schedule entry %r names a deleted schedule; it stays deleted", name)
-        else:
-            schedules.change(name, task, input_, rule, catch_up, overlap=overlap, **options)
-    return [name for name, _ in planned]
+__all__ = ["DurableScheduler", "import_beat_schedule"]
 
 
 class DurableScheduler(Scheduler):
@@ -154,21 +57,11 @@ class DurableScheduler(Scheduler):
         if self._runtime is None:
             self._runtime = Runtime.for_app(self.app)
         runtime = self._runtime
-        entries: dict[str, Any] = {}
-        self.install_default_entries(entries)
+        entries = default_entries(self)  # as stock beat: celery.backend_cleanup (B7)
         entries.update(self.app.conf.beat_schedule or {})
-        for name, entry in list(entries.items()):
-            if not isinstance(entry, Mapping):  # install_default_entries gives Entry objects
-                entries[name] = {
-                    "task": entry.task,
-                    "schedule": entry.schedule,
-                    "args": entry.args,
-                    "kwargs": entry.kwargs,
-                    "options": entry.options,
-                }
-        imported = import_entries(runtime, Schedules(runtime), entries)
-        if imported:
-            log.info("durable scheduler: %d beat_schedule entries imported", len(imported))
+        report = import_entries(runtime, Schedules(runtime), entries)
+        if report.imported:
+            log.info("durable scheduler: %d beat_schedule entries imported", len(report.imported))
         self._dispatcher = Dispatcher(runtime)
 
     @property

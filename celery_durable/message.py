@@ -4,13 +4,15 @@ One module owns every part of a run's Celery message, so that the dispatcher tha
 the worker that reads it and the re-sender that repeats it agree by construction:
 
 * the task id is the run ID (S2, S3);
-* the headers :data:`SCHEDULE_HEADER`, :data:`DUE_HEADER`, :data:`RUN_ID_HEADER`, and
-  :data:`TRACK_END_HEADER` when the schedule's overlap policy must hear of the run's end (D7);
+* the headers :data:`SCHEDULE_HEADER`, :data:`DUE_HEADER`, :data:`RUN_ID_HEADER`,
+  :data:`BEAT_HEADER` (as stock beat's), and :data:`TRACK_END_HEADER` when the schedule's
+  overlap policy must hear of the run's end (D7);
   :data:`OWNER_HEADER` on a durable run's own short-sleep re-send;
 * a plain task gets the arguments stock beat would send; a durable task one tagged JSON object,
   the :class:`ScheduledRun`;
 * the Celery options a schedule may carry (:data:`SCHEDULE_OPTIONS`), of which
-  :data:`SEND_OPTIONS` go to ``apply_async``;
+  :data:`SEND_OPTIONS` go to ``apply_async`` — all but :data:`NOT_FORWARDED` for a schedule
+  imported from ``beat_schedule`` (:data:`BEAT_ENTRY`);
 * :class:`Resend`, the stored form of a durable run's message (the run table's ``message``
   column and the ``RunStarted`` event), sent again with the same task id (D8, W4).
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery_durable.core.codec import time_from_json, time_to_json
+from celery_durable.core.codec import decode_celery_value, time_from_json, time_to_json
 from celery_durable.core.ids import format_due
 from celery_durable.core.schedule_aggregate import PendingRun
 
@@ -58,6 +60,21 @@ SEND_OPTIONS = (
     "soft_time_limit",
 )
 """The schedule options passed to ``apply_async`` as they are (in this order)."""
+
+BEAT_HEADER = "celery_beat_task"
+"""Set (``True``) on every scheduled run's message, as stock beat marks what it sends (B5)."""
+
+BEAT_ENTRY = "beat_entry"
+"""Option marking a schedule imported from ``beat_schedule``; its value is the entry's name.
+
+Such a schedule passes on every option of its entry (B5) and may name a task known only to
+the workers, sent by name (B4).
+"""
+NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", BEAT_ENTRY))
+"""Options of a ``beat_schedule`` entry the dispatcher sets itself rather than passing on.
+
+``retry``: a failed send is retried by the dispatcher (D3), never inside the send.
+"""
 
 SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
 """Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
@@ -109,6 +126,18 @@ class Message:
     headers: dict[str, Any]
 
 
+def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``beat_schedule`` schedule's options with their values as Celery would send them.
+
+    The import stores args, kwargs and option values in the typed JSON encoding of B5
+    (datetimes, decimals, UUIDs … keep their type); this reads them back.
+    """
+    return {
+        k: v if k == BEAT_ENTRY else decode_celery_value(v, f"option {k!r}")
+        for k, v in options.items()
+    }
+
+
 def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
     """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
     options = dict(pending.options)
@@ -116,9 +145,14 @@ def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
     headers[SCHEDULE_HEADER] = sid
     headers[DUE_HEADER] = format_due(pending.due)
     headers[RUN_ID_HEADER] = pending.run_id
+    headers[BEAT_HEADER] = True
     if pending.track_end:
         headers[TRACK_END_HEADER] = True
-    send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}
+    if BEAT_ENTRY in options:  # B5: every option of the entry, as stock beat passes them
+        options = stored_values(options)
+        send_options = {k: v for k, v in options.items() if k not in NOT_FORWARDED}
+    else:
+        send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}
     if durable:
         run = ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
         args, kwargs, extra = scheduled_message(run)

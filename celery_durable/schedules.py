@@ -25,7 +25,17 @@ from celery_durable.core.ids import run_id as make_run_id
 from celery_durable.core.limits import check_instant, check_rule_instants
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.read_models import RunView, ScheduleView
-from celery_durable.core.rules import Cron, Crontab, Daily, Every, Once, Rule, Solar, Weekly
+from celery_durable.core.rules import (
+    BeatEntry,
+    Cron,
+    Crontab,
+    Daily,
+    Every,
+    Once,
+    Rule,
+    Solar,
+    Weekly,
+)
 from celery_durable.core.schedule_aggregate import (
     Change,
     Command,
@@ -179,9 +189,15 @@ class Schedules:
         content = self.check(id, task, input, rule, catch_up, options)
         self._execute(id, lambda now: Change(content=content, now=now))
 
-    def pause(self, id: str) -> None:
-        """Stop starting runs (A3); pausing a paused schedule does nothing."""
-        self._execute(check_schedule_id(id, stored=True), lambda now: Pause(now=now))
+    def pause(self, id: str, *, reason: str | None = None) -> None:
+        """Stop starting runs (A3); pausing a paused schedule does nothing.
+
+        ``reason`` is stored with the pause (the import of ``beat_schedule`` pauses a removed
+        entry with "removed from beat_schedule", B6).
+        """
+        if reason is not None:
+            check_text(reason, "pause reason", max_length=1000)
+        self._execute(check_schedule_id(id, stored=True), lambda now: Pause(now=now, reason=reason))
 
     def resume(self, id: str) -> None:
         """Start runs again from the first due time after now (A3)."""
@@ -271,11 +287,15 @@ class Schedules:
         rule: Rule | None,
         catch_up: CatchUp | str,
         options: dict[str, Any],
+        *,
+        from_beat: bool = False,
     ) -> Content:
         """Check a schedule's definition and return its content; nothing is stored.
 
         Raises what :meth:`create` raises for bad arguments (``InvalidSchedule``,
-        ``UnknownTask``). ``options`` loses its ``overlap`` key.
+        ``UnknownTask``). ``options`` loses its ``overlap`` key. ``from_beat``: content
+        imported from ``beat_schedule`` (B1–B8), whose options the import checked, whose task
+        may be known only to the workers (B4) and whose rule may be a :class:`BeatEntry`.
         """
         runtime = self._runtime
         overlap = Overlap.parse(options.pop("overlap", Overlap.ALLOW))
@@ -283,7 +303,7 @@ class Schedules:
         check_schedule_id(id, task_name)
         if rule is None:
             raise InvalidSchedule("rule is missing", field="rule")
-        if not isinstance(rule, _RULE_TYPES):
+        if not isinstance(rule, _RULE_TYPES) and not (from_beat and isinstance(rule, BeatEntry)):
             raise InvalidSchedule(
                 "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
                 f"not {type(rule).__name__}"
@@ -294,8 +314,11 @@ class Schedules:
         policy = CatchUp.parse(catch_up)
         max_bytes = runtime.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
-        checked_options = check_options(options, max_bytes)
-        runtime.require_task(task_name)
+        if from_beat:
+            checked_options = dict(options)
+        else:
+            checked_options = check_options(options, max_bytes)
+            runtime.require_task(task_name)
         content = Content(
             task=task_name,
             input=input,
@@ -304,7 +327,8 @@ class Schedules:
             overlap=overlap,
             options=checked_options,
         )
-        check_call(runtime, id, content)
+        if not from_beat:  # stock beat sends whatever the entry says (B1)
+            check_call(runtime, id, content)
         return content
 
     # Internals ----------------------------------------------------------------------------

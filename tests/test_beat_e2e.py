@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
+from celery.schedules import crontab
 
-from celery_durable import Cron, Durable, Every, parse_run_id
+from celery_durable import Durable, Every, parse_run_id
+from celery_durable.core.rules import Crontab
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.beat_app"
@@ -136,11 +138,16 @@ def test_existing_beat_schedule_runs_unchanged_with_the_alias(
     assert interval[0]["id"].startswith("interval-2s@")
     reader = journal(db_url)
     cron = reader.schedules.state("each-minute-cron")
-    assert cron is not None and cron.rule == Cron("* * * * *", "Europe/Oslo")
-    assert cron.options == {"args": ["cron", 1]}
+    assert cron is not None and cron.rule == Crontab.from_celery(crontab(), "Europe/Oslo")
+    assert cron.options == {"args": ["cron", 1], "beat_entry": "each-minute-cron"}
     every = reader.schedules.state("interval-2s")
     assert every is not None and every.rule == Every(timedelta(seconds=2))
-    assert every.options == {"args": ["interval"], "kwargs": {"n": 2}, "expires": 60}
+    assert every.options == {
+        "args": ["interval"],
+        "kwargs": {"n": 2},
+        "expires": 60,
+        "beat_entry": "interval-2s",
+    }
     reader.close()
 
 

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_durable import MAX_ID_LENGTH, InvalidSchedule, parse_run_id, run_id
-from celery_durable.core.ids import check_schedule_id, escape, idempotency_key
+from celery_durable.core.ids import (
+    check_schedule_id,
+    escape,
+    idempotency_key,
+    schedule_id_for_name,
+)
 
 UTC = timezone.utc
 
@@ -107,3 +112,49 @@ def test_idempotency_key_format() -> None:
     rid = run_id("nightly", datetime(2026, 11, 16, 1, tzinfo=UTC))
     assert idempotency_key("backup", rid, 2) == f"backup/{rid}/2"
     assert idempotency_key("backup", rid, "3.1") == f"backup/{rid}/3.1"
+
+
+# B1/I1: entry names that break S1 map to schedule IDs by one rule ------------------------
+
+
+@pytest.mark.parametrize("name", ["nightly-report", "team@example", "Ünïcode name", "a" * 200])
+def test_a_valid_entry_name_is_its_own_schedule_id(name: str) -> None:
+    assert schedule_id_for_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["report ~ weekly", " padded", "line\nbreak", "rtl\u202eoverride", "", "a" * 201, "~"],
+)
+def test_an_invalid_entry_name_maps_to_a_valid_stable_id(name: str) -> None:
+    sid = schedule_id_for_name(name)
+    assert sid != name
+    assert check_schedule_id(sid, "t" * 140) == sid
+    assert escape(sid) == sid
+    assert len(sid) <= 57
+    assert schedule_id_for_name(name) == sid
+
+
+def test_the_mapping_is_the_documented_prefix_and_hash() -> None:
+    # Written out by hand from the rule in docs/howto-migrate.md.
+    import hashlib
+
+    name = "Send report ~ weekly!"
+    expected = "Send-report-weekly-" + hashlib.sha256(name.encode()).hexdigest()[:16]
+    assert schedule_id_for_name(name) == expected
+    assert schedule_id_for_name("\x00\x01").startswith("entry-")
+
+
+def test_a_name_too_long_for_its_task_is_mapped() -> None:
+    name = "n" * 120
+    assert schedule_id_for_name(name) == name
+    mapped = schedule_id_for_name(name, "t" * 100)
+    assert mapped != name and check_schedule_id(mapped, "t" * 100) == mapped
+
+
+@given(st.lists(st.text(max_size=230), min_size=2, max_size=2, unique=True))
+def test_two_names_never_share_an_id(names: list[str]) -> None:
+    one, two = (schedule_id_for_name(n) for n in names)
+    assert one != two
+    for sid in (one, two):
+        assert check_schedule_id(sid) == sid

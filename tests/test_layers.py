@@ -35,8 +35,8 @@ LAYERS = [
     ("message", "config", "signals"),
     ("store",),
     ("runtime",),
-    ("dispatch", "worker", "schedules", "control"),
-    ("beat", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
+    ("celery_schedules", "dispatch", "worker", "schedules", "control"),
+    ("beat", "beat_import", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
 ]
 
 

@@ -7,6 +7,7 @@ character stream column after escaping: hence the 205-character budget of S1.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from datetime import datetime, timezone
@@ -101,6 +102,47 @@ def check_schedule_id(
                 rule="S1",
             )
     return sid
+
+
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._-]+")
+
+MAPPED_PREFIX_LENGTH = 40
+"""How many characters of a sanitised entry name a mapped schedule ID keeps."""
+
+
+def _valid_as_is(name: str, task_name: str | None) -> bool:
+    """Whether ``name`` is a schedule ID under every clause of S1."""
+    if name != name.strip() or any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
+        return False
+    try:
+        check_schedule_id(name, task_name)
+    except InvalidSchedule:
+        return False
+    return True
+
+
+def schedule_id_for_name(name: object, task_name: str | None = None) -> str:
+    """The schedule ID of an entry name from ``beat_schedule`` or an importer (SPEC B1, I1).
+
+    A name that is a valid schedule ID (S1, checked with ``task_name`` when given) is its own
+    ID. Any other name maps to ``<prefix>-<hash>``: the name with every run of characters
+    outside ``A-Z a-z 0-9 . _ -`` replaced by one ``-``, trimmed of ``-`` at both ends and cut
+    to 40 characters (``entry`` when nothing is left), then ``-`` and the first 16 hex digits
+    of the SHA-256 of the name's UTF-8 bytes. The result depends on the name alone, is the
+    same on every start and in every importer, and two names give two IDs (the hash covers
+    the whole name). It is at most 57 characters, none of which escaping lengthens.
+
+    >>> schedule_id_for_name("nightly-report")
+    'nightly-report'
+    >>> schedule_id_for_name("report ~ weekly")
+    'report-weekly-d1908fbd561ce33e'
+    """
+    text = name if isinstance(name, str) else str(name)
+    if _valid_as_is(text, task_name):
+        return text
+    prefix = _UNSAFE_RUN.sub("-", text).strip("-")[:MAPPED_PREFIX_LENGTH].rstrip("-") or "entry"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{prefix}-{digest}"
 
 
 def to_utc(moment: datetime, what: str = "time") -> datetime:

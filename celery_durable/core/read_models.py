@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable.core.policies import CatchUp, Overlap
-from celery_durable.core.rules import Rule
+from celery_durable.core.rules import BeatEntry, Rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,8 +37,13 @@ class ScheduleView:
 
     @property
     def complete(self) -> bool:
-        """No due time is left (``Once`` decided, ``max_runs`` reached, past ``end_at``)."""
-        return not self.deleted and not self.paused and self.next_due is None
+        """No due time is left (``Once`` decided, ``max_runs`` reached, past ``end_at``).
+
+        Never for a :class:`BeatEntry` rule: only the beat holding its object knows its next
+        due time, so elsewhere ``next_due`` is ``None`` without the schedule being over.
+        """
+        live = isinstance(self.rule, BeatEntry) and self.rule.max_runs is None
+        return not self.deleted and not self.paused and self.next_due is None and not live
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

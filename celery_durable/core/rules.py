@@ -16,8 +16,11 @@ zone files.
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone, tzinfo
 from enum import IntEnum
@@ -37,6 +40,7 @@ __all__ = [
     "THURSDAY",
     "TUESDAY",
     "WEDNESDAY",
+    "BeatEntry",
     "Cron",
     "Crontab",
     "Daily",
@@ -700,7 +704,148 @@ class Once(_Rule):
         return f"once at {_text_instant(self.at)}"
 
 
-Rule = Daily | Weekly | Every | Cron | Crontab | Solar | Once
+# --- schedule objects of a beat_schedule entry (B3) ------------------------------------------
+
+_LIVE: dict[str, tuple[Any, bool]] = {}
+"""The schedule objects of ``beat_schedule`` entries, by entry name, in the beat process."""
+
+_DECIDING_AT: ContextVar[datetime | None] = ContextVar("deciding_at", default=None)
+
+LIVE_RETRY = timedelta(seconds=60)
+"""How long an entry whose schedule object raised waits before it is asked again."""
+
+_log = logging.getLogger("celery_durable.beat")
+
+
+def bind_beat_schedule(entry: str, schedule: Any, *, on_grid: bool = False) -> None:
+    """Hold the live schedule object of ``beat_schedule`` entry ``entry`` (beat only).
+
+    A :class:`BeatEntry` rule is evaluated by asking this object; a process that has not
+    bound it (an API client, the CLI) sees no next due time for the schedule. ``on_grid``:
+    the object's ``is_due`` is Celery's own, derived from ``remaining_estimate``, so past
+    due times on that estimate's grid are real due times (catch-up can list them).
+    """
+    _LIVE[entry] = (schedule, on_grid)
+
+
+def unbind_beat_schedule(entry: str) -> None:
+    """Forget the live schedule object of ``entry`` (tests; a beat keeps its entries)."""
+    _LIVE.pop(entry, None)
+
+
+@contextmanager
+def deciding_at(now: datetime) -> Iterator[None]:
+    """Evaluate :class:`BeatEntry` rules as of ``now``, the moment a decision is made."""
+    token = _DECIDING_AT.set(now)
+    try:
+        yield
+    finally:
+        _DECIDING_AT.reset(token)
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)  # type: ignore[arg-type]
+
+
+def _live_next(schedule: Any, after: datetime, on_grid: bool) -> datetime | None:
+    """The next due time of a Celery schedule object whose last run was at ``after``.
+
+    Asked as stock beat asks it: ``is_due(last_run_at)`` decides. When ``is_due`` is
+    Celery's own (``on_grid``), ``remaining_estimate`` places the due time on the object's
+    grid, so a relative interval keeps its hours across restarts and catch-up can list missed
+    ones (B8, C1–C3). Otherwise the due time is the moment of the decision, like stock beat's
+    send. When the object is not due, the next look is at its estimate or after the seconds
+    ``is_due`` asks for.
+    """
+    own_now = schedule.now()
+    if own_now.tzinfo is None:
+        own_now = own_now.replace(tzinfo=UTC)
+    now = (_DECIDING_AT.get() or own_now).astimezone(UTC)
+    if on_grid:
+        # Celery's own classes hold only configuration: a copy whose clock stands still at
+        # `now` answers is_due and remaining_estimate for one instant, so the estimate is
+        # exact (read twice, a moving clock would shift it by the microseconds in between).
+        # (Not copy.copy: Celery's __reduce__ would rebuild the object without its app.)
+        still = object.__new__(type(schedule))
+        still.__dict__.update(vars(schedule), nowfun=lambda: now)
+        schedule = still
+        own_now = now
+    try:
+        zone = schedule.tz
+    except Exception:  # no app bound: Celery treats naive times as UTC
+        zone = UTC
+    last = after.astimezone(zone) if zone is not None else after
+    is_due, wait = schedule.is_due(last)
+    estimate: datetime | None = None
+    try:
+        remaining = schedule.remaining_estimate(last)
+    except NotImplementedError:
+        remaining = None
+    if isinstance(remaining, timedelta):
+        estimate = (own_now + remaining).astimezone(UTC)
+    if is_due:
+        if on_grid and estimate is not None and after < estimate <= now:
+            return estimate
+        if now > after:
+            return now
+    if estimate is not None and estimate > now:
+        return estimate
+    return now + timedelta(seconds=max(_seconds(wait), 1.0))
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class BeatEntry(_Rule):
+    """B3: due when the schedule object of ``beat_schedule`` entry ``entry`` says so.
+
+    For schedule objects no stored rule can express: custom ``BaseSchedule`` subclasses,
+    ``schedule`` subclasses with their own ``is_due``/``remaining_estimate``,
+    ``schedule(..., relative=True)``. Only a beat process that has the entry (and bound its
+    object with :func:`bind_beat_schedule`) can evaluate it; anywhere else ``next_after``
+    is ``None``. ``schedule`` is the object's description, kept for reading and so that a
+    changed object is a changed schedule.
+    """
+
+    tag: ClassVar[str] = "beat-entry"
+    entry: str
+    schedule: str
+    end_at: datetime | None
+    max_runs: int | None
+
+    def __init__(
+        self,
+        entry: str,
+        schedule: str = "",
+        *,
+        end_at: datetime | None = None,
+        max_runs: int | None = None,
+    ) -> None:
+        if not isinstance(entry, str) or not entry:
+            raise _invalid("BeatEntry.entry", f"expected an entry name, got {_show(entry)}")
+        if not isinstance(schedule, str):
+            raise _invalid("BeatEntry.schedule", f"expected a str, got {_show(schedule)}")
+        self._set("BeatEntry", end_at, max_runs, entry=entry, schedule=schedule)
+
+    def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
+        live = _LIVE.get(self.entry)
+        if live is None:
+            return None
+        try:
+            return _live_next(live[0], after, live[1])
+        except Exception:
+            # The project's own code failed: this entry waits, the other schedules go on.
+            _log.exception("beat_schedule entry %r: its schedule object failed", self.entry)
+            return (_DECIDING_AT.get() or datetime.now(UTC)) + LIVE_RETRY
+
+    def _json_fields(self) -> dict[str, Any]:
+        return {"entry": self.entry, "schedule": self.schedule}
+
+    def _describe(self) -> str:
+        return f"beat_schedule entry {self.entry!r} ({self.schedule or 'custom schedule'})"
+
+
+Rule = Daily | Weekly | Every | Cron | Crontab | Solar | Once | BeatEntry
 
 # --- JSON -----------------------------------------------------------------------------------
 
@@ -751,6 +896,7 @@ _FIELDS = {
     "crontab": (*crontab.FIELDS, "zone"),
     "solar": ("event", "latitude", "longitude"),
     "once": ("at",),
+    "beat-entry": ("entry", "schedule"),
 }
 
 
@@ -830,6 +976,8 @@ def _parse_rule(data: object) -> Rule:
         return Crontab(m, h, dow, dom, moy, data["zone"], **bounds)
     if tag == "solar":
         return Solar(data["event"], data["latitude"], data["longitude"], **bounds)
+    if tag == "beat-entry":
+        return BeatEntry(data["entry"], data["schedule"], **bounds)
     at = _parse_instant(f"{where}.at", data["at"])
     if at is None:
         raise _invalid(f"{where}.at", "expected an ISO 8601 instant, got None")

@@ -26,7 +26,7 @@ from celery_durable.core.codec import (
 )
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import Overlap
-from celery_durable.core.rules import Once
+from celery_durable.core.rules import Once, deciding_at
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
@@ -224,6 +224,7 @@ class Change:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pause:
     now: datetime
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,7 +332,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         return [ScheduleChanged(at=command.now, content=command.content)]
     if isinstance(command, Pause):
         _require_live(state, "pause")
-        return [] if state.paused else [SchedulePaused(at=command.now)]
+        return [] if state.paused else [SchedulePaused(at=command.now, reason=command.reason)]
     if isinstance(command, Resume):
         _require_live(state, "resume")
         if not state.paused:
@@ -415,9 +416,10 @@ def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
         return [] if due is None or due > now else [_decided(state, content, due, now, "rule")]
     if state.cursor is None:
         return []
-    selection = catchup.select(
-        rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
-    )
+    with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
+        selection = catchup.select(
+            rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
+        )
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
         events.append(

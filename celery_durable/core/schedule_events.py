@@ -82,6 +82,8 @@ class ScheduleChanged:
 class SchedulePaused:
     TYPE: ClassVar[str] = "SchedulePaused"
     at: datetime
+    reason: str | None = None
+    """Why, when the pause says (e.g. "removed from beat_schedule", B6); optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +180,8 @@ ScheduleEvent = (
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through"})
+_OMITTED_WHEN_NONE = frozenset({"reason"})
+"""Optional fields added later: left out when unset, so older events keep their exact form."""
 
 
 def to_data(event: ScheduleEvent) -> dict[str, Any]:
@@ -185,6 +189,8 @@ def to_data(event: ScheduleEvent) -> dict[str, Any]:
     data: dict[str, Any] = {"v": FORMAT}
     for name, convert in _encoders(cast(type, type(event))):
         value = getattr(event, name)
+        if value is None and name in _OMITTED_WHEN_NONE:
+            continue
         data[name] = value if convert is None else convert(value)
     return data
 

@@ -229,7 +229,11 @@ class Dispatcher:
         unsent = [p.due for p in sendable if p.run_id not in retry_at]
         if unsent:
             return min(unsent)
-        if state.content is not None and state.active and state.content.task not in self.app.tasks:
+        if (
+            state.content is not None
+            and state.active
+            and not self.publisher.sendable_task(state.content)
+        ):
             nxt = content_rule_next(state, now)
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from kombu.exceptions import EncodeError
@@ -18,8 +19,9 @@ from kombu.exceptions import EncodeError
 from celery_durable.core.catchup import recent_due_times
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
+from celery_durable.core.schedule_events import Content
 from celery_durable.errors import DurableError
-from celery_durable.message import Resend, run_message
+from celery_durable.message import BEAT_ENTRY, Resend, run_message
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -111,11 +113,13 @@ class Publisher:
     def publish(self, sid: str, pending: PendingRun, producer: Any) -> Resend | None:
         """Send one run's message; a durable run's message comes back to be recorded."""
         task = self.app.tasks.get(pending.task)
-        if task is None:
+        if task is None and BEAT_ENTRY not in pending.options:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
         message = run_message(sid, pending, durable=durable)
-        task.apply_async(
+        # B4: a beat_schedule task known only to the workers goes by name, as stock beat's.
+        send = task.apply_async if task is not None else partial(self.app.send_task, pending.task)
+        send(
             message.args,
             message.kwargs,
             task_id=pending.run_id,
@@ -140,7 +144,7 @@ class Publisher:
     def task_missing(self, state: ScheduleState, now: datetime) -> bool:
         """D4: when the schedule's task is gone, log at each due time and decide nothing."""
         content = state.content
-        if content is None or not state.active or content.task in self.app.tasks:
+        if content is None or not state.active or self.sendable_task(content):
             return False
         first = state.next_due()
         if first is not None and first <= now and state.cursor is not None:
@@ -151,6 +155,10 @@ class Publisher:
         elif first is not None and first <= now:
             self.log_missing(state.schedule_id, content.task, first, now, None)
         return True
+
+    def sendable_task(self, content: Content) -> bool:
+        """Registered here, or a ``beat_schedule`` entry's task, sent by name if need be (B4)."""
+        return content.task in self.app.tasks or BEAT_ENTRY in content.options
 
     def log_missing(
         self, sid: str, task: str, due: datetime, now: datetime, exc: Exception | None
