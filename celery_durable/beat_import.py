@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, maybe_schedule, schedule, solar
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from celery_durable.core.read_models import ScheduleView
-    from celery_durable.durable import Durable
     from celery_durable.runtime import Runtime
     from celery_durable.schedules import Schedules
 
@@ -209,7 +208,16 @@ def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> 
     return sid, content
 
 
-def import_beat_schedule(durable: Durable, entries: Mapping[Any, Any]) -> ImportReport:
+class _HasSchedules(Protocol):
+    """What :func:`import_beat_schedule` needs of a ``Durable``."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def schedules(self) -> Schedules: ...
+
+
+def import_beat_schedule(durable: _HasSchedules, entries: Mapping[Any, Any]) -> ImportReport:
     """:func:`import_entries` with a project's ``Durable`` (what beat does at start-up)."""
     return import_entries(durable.runtime, durable.schedules, entries)
 

@@ -32,8 +32,8 @@ BLOCKED = ("sqlalchemy", "celery", "kombu", "psycopg", "django", "flask", "click
 LAYERS = [
     ("errors",),
     ("core",),
-    ("message", "config", "signals"),
-    ("store",),
+    ("message", "signals"),
+    ("store", "config"),  # config redacts the journal URL with the store's URL parser
     ("runtime",),
     ("celery_schedules", "dispatch", "worker", "schedules", "control"),
     ("beat", "beat_import", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
