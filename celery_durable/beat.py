@@ -20,7 +20,7 @@ from celery_durable.config import DurableConfig
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError, InvalidSchedule
 from celery_durable.journal.urls import redact
-from celery_durable.policies import CatchUp
+from celery_durable.policies import POLICY_FIELDS, CatchUp
 from celery_durable.rules import Cron, Every, Rule
 from celery_durable.schedules import KNOWN_OPTIONS
 
@@ -72,7 +72,7 @@ def import_beat_schedule(durable: Durable, entries: Mapping[str, Mapping[str, An
         options = dict(entry.get("options") or {})
         catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
         overlap = options.pop("overlap", "allow")
-        ignored = sorted(set(options) - KNOWN_OPTIONS)
+        ignored = sorted(set(options) - KNOWN_OPTIONS - set(POLICY_FIELDS))  # P1–P3 go through
         for key in ignored:
             log.warning("beat_schedule entry %r: option %r is not carried over", name, key)
             options.pop(key)

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from celery_durable import signals
 from celery_durable.catchup import recent_due_times
 from celery_durable.codec import time_to_json
+from celery_durable.ends import DEADLINE_HEADER
 from celery_durable.errors import AppendConflict, DurableError
 from celery_durable.events import (
     RunsMissed,
@@ -339,7 +340,7 @@ class Dispatcher:
             (sid, p)
             for sid in sids
             for p in self._states[sid].sendable()
-            if self._retry_at.get(p.run_id, now) <= now
+            if self._retry_at.get(p.run_id, now) <= now and p.send_time <= now
         ]
         starts: dict[str, list[Command]] = {}
         durable_runs: list[Resend] = []
@@ -544,7 +545,7 @@ class Dispatcher:
         if task is None:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
-        message = self.message(sid, pending, durable=durable)
+        message = self.message(sid, pending, durable=durable, now=self.durable.now())
         task.apply_async(
             message.args,
             message.kwargs,
@@ -566,8 +567,14 @@ class Dispatcher:
         )
 
     @staticmethod
-    def message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
-        """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
+    def message(
+        sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
+    ) -> Message:
+        """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else.
+
+        A run with a start deadline (P1) expires at it, or earlier when its own ``expires``
+        (seconds after ``now``, the moment of sending) says so.
+        """
         options = dict(pending.options)
         headers = dict(options.get("headers") or {})
         headers.update(
@@ -578,6 +585,15 @@ class Dispatcher:
         if pending.track_end:
             headers["durable_track_end"] = True
         send_options = {k: options[k] for k in MESSAGE_OPTIONS if options.get(k) is not None}
+        if pending.deadline is not None:
+            headers[DEADLINE_HEADER] = format_due(pending.deadline)
+            if not durable:
+                # Celery's own ``expires`` header: the worker discards a late message and the
+                # revoke is recorded as missed (a broker TTL would drop it unrecorded). A
+                # durable run checks the deadline itself: once started it must run on, also
+                # when redelivered or woken after the deadline.
+                user = send_options.pop("expires", None)
+                headers["expires"] = expiry(pending.deadline, user, now)
         if durable:
             from celery_durable import tasks
 
@@ -647,15 +663,15 @@ class Dispatcher:
         state = self._states[sid]
         sendable = state.sendable()
         waits = [self._retry_at[p.run_id] for p in sendable if p.run_id in self._retry_at]
-        unsent = [p.due for p in sendable if p.run_id not in self._retry_at]
-        if unsent:
+        unsent = [p.send_time for p in sendable if p.run_id not in self._retry_at]
+        if unsent and min(unsent) <= now:
             return min(unsent)
         if state.content is not None and state.active and state.content.task not in self.app.tasks:
             nxt = content_rule_next(state, now)
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)
             return min(nxt, later) if nxt is not None and nxt > now else later
-        following = state.next_due()
+        following = state.attention(self._retry_at)  # jittered (P2), held deadlines (P1)
         candidates = [*waits, *([following] if following is not None else [])]
         return min(candidates) if candidates else None
 
@@ -709,6 +725,14 @@ class Dispatcher:
             self.lease.release()
         except Exception:  # closing must not fail on a journal that is away
             log.warning("could not release the dispatcher lease", exc_info=True)
+
+
+def expiry(deadline: datetime, expires: float | None, now: datetime | None) -> str:
+    """The message expiry of a run with a start deadline: the earlier of the deadline and a
+    user-given ``expires`` (seconds after ``now``), as ISO text (JSON-safe for re-sends)."""
+    if expires is not None and now is not None:
+        deadline = min(deadline, now + timedelta(seconds=expires))
+    return deadline.isoformat()
 
 
 def _crash_point(name: str) -> None:

@@ -25,6 +25,7 @@ from celery.exceptions import Retry as CeleryRetry
 
 from celery_durable.codec import check_json_value, time_from_json, time_to_json
 from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row, journal_errors
+from celery_durable.ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
 from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
 from celery_durable.ids import run_stream
 from celery_durable.outcomes import Faulted, Finished, Outcome, raise_for
@@ -275,6 +276,10 @@ def _deliver_once(
         short_sleep=short_sleep_limit(task.app),
         eager=eager,
     )
+    if not state.started and past_deadline(task.request, durable.now()):
+        # P1: a run that has not started by its start deadline never starts.
+        record_missed(durable, task, task.request, MISSED_LATE_DELIVERY)
+        return None
     for _ in range(_CLAIM_ATTEMPTS):
         now = durable.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)

@@ -27,7 +27,16 @@ from celery_durable.cli.detail import durable_json
 from celery_durable.cli.views import combined_state, run_json
 
 SCHEDULE_STATES = ("decided", "started", "skipped", "failed_to_start")
-RUN_STATUSES = ("queued", "running", "suspended", "finished", "faulted", "cancelled", "parked")
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "suspended",
+    "finished",
+    "faulted",
+    "cancelled",
+    "parked",
+    "missed",
+)
 STATES = SCHEDULE_STATES + RUN_STATUSES
 
 _SHORT = 60
