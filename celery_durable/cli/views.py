@@ -37,6 +37,7 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "zone": zone,
         "catch_up": view.catch_up.value,
         "overlap": view.overlap.value,
+        **policy_json(view),
         "options": dict(view.options),
         "status": status_of(view),
         "paused": view.paused,
@@ -49,6 +50,15 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "runs_decided": view.runs_decided,
         "pending": view.pending,
         "version": view.version,
+    }
+
+
+def policy_json(view: Any) -> dict[str, float | None]:
+    """The timing policies (P1–P3) in seconds, ``None`` when off."""
+    return {
+        name: None if value is None else value.total_seconds()
+        for name in ("start_deadline", "jitter", "catch_up_window")
+        for value in [getattr(view, name)]
     }
 
 
@@ -66,7 +76,7 @@ def upcoming(view: Any, count: int) -> list[datetime]:
 
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
     """One word for a run: the schedule's word until a durable run's row says more."""
-    if view is not None and view.state in ("skipped", "failed_to_start"):
+    if view is not None and view.state in ("skipped", "failed_to_start", "missed"):
         return str(view.state)
     if row is not None:
         return str(row["status"])
@@ -101,8 +111,14 @@ def run_rows(
     views: list[Any], states: Mapping[str, str], zones: Mapping[str, str], *, with_schedule: bool
 ) -> str:
     rows = []
+    # Why a run did not start (a missed start deadline, an overlap skip, a failure to start).
+    reasons = any(v.state in ("skipped", "failed_to_start", "missed") for v in views)
     for view in views:
         zone = zones.get(view.schedule_id)
         row = [view.run_id, states[view.run_id], utc_text(view.due), local_text(view.due, zone)]
-        rows.append([*row, view.task or "-"])
-    return table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), rows)
+        row.append(view.task or "-")
+        if reasons:
+            row.append(view.error if view.state != "started" else "")
+        rows.append(row)
+    headers = ("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK")
+    return table((*headers, "REASON") if reasons else headers, rows)

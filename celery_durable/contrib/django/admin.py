@@ -32,7 +32,7 @@ from django.urls import path, reverse
 from django.utils import timezone as dj_timezone
 
 from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.forms import ScheduleForm, zone_names
+from celery_durable.contrib.django.forms import ScheduleForm, format_duration, zone_names
 from celery_durable.contrib.django.models import Schedule
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError
@@ -92,6 +92,12 @@ class RunRow:
     @property
     def due_local(self) -> str:
         return local_text(self.run.due)
+
+
+def timing_text(view: ScheduleView) -> str:
+    """The timing policies (P1–P3) in one line: ``5m / — / 1h`` (``—`` where off)."""
+    spans = (view.start_deadline, view.jitter, view.catch_up_window)
+    return " / ".join("—" if s is None else format_duration(s) for s in spans)
 
 
 def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
@@ -358,6 +364,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             next_utc=utc_text(view.next_due),
             next_local=local_text(view.next_due),
             anchor_utc=utc_text(view.anchor),
+            timing=timing_text(view),
             created_utc=utc_text(view.created_at),
             runs=run_rows(durable, runs[: None if all_runs else RUNS_SHOWN]),
             more_runs=not all_runs and len(runs) > RUNS_SHOWN,

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
 from celery_durable.ids import check_schedule_id
-from celery_durable.policies import CatchUp, Overlap
+from celery_durable.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
 
 if TYPE_CHECKING:
@@ -207,6 +207,27 @@ class ScheduleForm(forms.Form):
         help_text="When a run is still going at the next due time: ALLOW starts another, "
         "SKIP records it as skipped, BUFFER_ONE lets one wait.",
     )
+    start_deadline = forms.CharField(
+        label="Start deadline",
+        required=False,
+        help_text="Optional: a run not started this long after its due time never starts; it "
+        "is recorded as missed (30s, 5m, 1h).",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+    jitter = forms.CharField(
+        label="Jitter",
+        required=False,
+        help_text="Optional: send each run up to this long after its due time, at an offset "
+        "fixed by its run ID, to spread load.",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+    catch_up_window = forms.CharField(
+        label="Catch-up window",
+        required=False,
+        help_text="Optional (LATEST and ALL): after downtime, due times older than this are "
+        "dropped.",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
     options = forms.CharField(
         label="Celery options (JSON)",
         required=False,
@@ -242,6 +263,10 @@ class ScheduleForm(forms.Form):
             "input": json.dumps(view.input, ensure_ascii=False),
             "catch_up": view.catch_up.value,
             "overlap": view.overlap.value,
+            **{
+                name: "" if getattr(view, name) is None else format_duration(getattr(view, name))
+                for name in POLICY_FIELDS
+            },
             "options": json.dumps(options, ensure_ascii=False) if options else "{}",
         }
         if isinstance(rule, (Daily, Weekly)):
@@ -267,6 +292,19 @@ class ScheduleForm(forms.Form):
 
     def clean_input(self) -> Any:
         return parse_json(self.cleaned_data.get("input") or "", "the input")
+
+    def _span(self, name: str) -> timedelta | None:
+        text = (self.cleaned_data.get(name) or "").strip()
+        return parse_duration(text) if text else None
+
+    def clean_start_deadline(self) -> timedelta | None:
+        return self._span("start_deadline")
+
+    def clean_jitter(self) -> timedelta | None:
+        return self._span("jitter")
+
+    def clean_catch_up_window(self) -> timedelta | None:
+        return self._span("catch_up_window")
 
     def clean_options(self) -> dict[str, Any]:
         value = parse_json(self.cleaned_data.get("options") or "", "the options")
@@ -324,6 +362,7 @@ class ScheduleForm(forms.Form):
         data = self.cleaned_data
         args = (data["id"], data["task"].strip(), data["input"], self.rule, data["catch_up"])
         options = dict(data["options"], overlap=data["overlap"])
+        options.update({name: data.get(name) for name in POLICY_FIELDS})
         command = durable.schedules.create if self.creating else durable.schedules.change
         try:
             command(*args, **options)
@@ -350,7 +389,7 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
-        if where in ("catch_up", "overlap", "task"):
+        if where in ("catch_up", "overlap", "task", *POLICY_FIELDS):
             return where
         message = str(exc)
         if where in self.cleaned_data.get("options", {}) or message.startswith(
