@@ -49,16 +49,25 @@ MISSED_LATE_DELIVERY = "start deadline passed before a worker began the durable 
 def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
     if not expired or request is None or sender is None:
         return
-    if not getattr(request, DEADLINE_HEADER, None):
+    if not header(request, DEADLINE_HEADER):
         return  # a user's own ``expires``: not a start deadline
     from celery_durable.durable import Durable
 
     record_missed(Durable.for_app(sender.app), sender, request, MISSED_IN_QUEUE)
 
 
+def header(request: Any, name: str) -> Any:
+    """A message header of a task request: an attribute in a worker (protocol 2 merges the
+    headers into the request), in ``request.headers`` for ``apply()``."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
+
+
 def past_deadline(request: Any, now: datetime) -> bool:
     """Whether a delivery carries a start deadline (P1) that has passed."""
-    text = getattr(request, DEADLINE_HEADER, None)
+    text = header(request, DEADLINE_HEADER)
     return bool(text) and now >= parse_due(str(text))
 
 
@@ -68,8 +77,8 @@ def record_missed(durable: Any, task: Any, request: Any, reason: str) -> bool:
     A durable run's row is ended first; when the run had started (or ended) already nothing is
     recorded. Returns whether the miss was recorded.
     """
-    schedule_id = getattr(request, "durable_schedule", None)
-    due_text = getattr(request, "durable_due", None)
+    schedule_id = header(request, "durable_schedule")
+    due_text = header(request, "durable_due")
     run_id = str(getattr(request, "id", "") or "")
     if not schedule_id or not due_text:
         return False
