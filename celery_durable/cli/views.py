@@ -16,6 +16,9 @@ from celery_durable.cli.common import (
     utc_text,
 )
 
+NOT_STARTED = ("skipped", "failed_to_start", "missed")
+"""Schedule states of runs that never started: shown with their reason."""
+
 
 def status_of(view: Any) -> str:
     if view.deleted:
@@ -76,7 +79,7 @@ def upcoming(view: Any, count: int) -> list[datetime]:
 
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
     """One word for a run: the schedule's word until a durable run's row says more."""
-    if view is not None and view.state in ("skipped", "failed_to_start", "missed"):
+    if view is not None and view.state in NOT_STARTED:
         return str(view.state)
     if row is not None:
         return str(row["status"])
@@ -112,13 +115,13 @@ def run_rows(
 ) -> str:
     rows = []
     # Why a run did not start (a missed start deadline, an overlap skip, a failure to start).
-    reasons = any(v.state in ("skipped", "failed_to_start", "missed") for v in views)
+    reasons = any(v.state in NOT_STARTED for v in views)
     for view in views:
         zone = zones.get(view.schedule_id)
         row = [view.run_id, states[view.run_id], utc_text(view.due), local_text(view.due, zone)]
         row.append(view.task or "-")
         if reasons:
-            row.append(view.error if view.state != "started" else "")
+            row.append(view.error if view.state in NOT_STARTED else "")
         rows.append(row)
     headers = ("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK")
     return table((*headers, "REASON") if reasons else headers, rows)
