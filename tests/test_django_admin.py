@@ -472,3 +472,82 @@ def test_the_python_blocks_of_docs_django_md_compile() -> None:
         compile(block, f"docs/django.md block {number}", "exec")
     for setting in ("CELERY_DURABLE_URL", "CELERY_DURABLE_DATABASE", "CELERY_DURABLE_APP"):
         assert setting in doc
+
+
+# Timing policies (SPEC §5d: P1–P3) -------------------------------------------------------
+
+
+def test_the_form_creates_and_shows_the_policies(client: Any, durable: Durable) -> None:
+    data = form_data(catch_up="all", start_deadline="30s", jitter="10s", catch_up_window="1h")
+    response = client.post(LIST + "add/", data)
+    assert response.status_code == 302, response.context["form"].errors
+    view = durable.schedules.state("nightly")
+    assert (view.start_deadline, view.jitter, view.catch_up_window) == (
+        timedelta(seconds=30),
+        timedelta(seconds=10),
+        timedelta(hours=1),
+    )
+    page = client.get(LIST + "nightly/change/")
+    initial = page.context["form"].initial
+    assert (initial["start_deadline"], initial["jitter"], initial["catch_up_window"]) == (
+        "30s",
+        "10s",
+        "1h",
+    )
+    assert 'id="durable-timing">30s / 10s / 1h<' in text(page)
+    # Emptied fields turn the policies off; the others are kept as the form shows them.
+    response = client.post(LIST + "nightly/change/", {**data, "jitter": "", "catch_up_window": ""})
+    assert response.status_code == 302
+    view = durable.schedules.state("nightly")
+    assert (view.start_deadline, view.jitter, view.catch_up_window) == (
+        timedelta(seconds=30),
+        None,
+        None,
+    )
+    assert 'id="durable-timing">30s / — / —<' in text(client.get(LIST + "nightly/change/"))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"start_deadline": "soon"}, "start_deadline", "not a duration"),
+        ({"start_deadline": "5s", "jitter": "5s"}, "jitter", "must be shorter than"),
+        ({"catch_up": "none", "catch_up_window": "1h"}, "catch_up_window", "CatchUp.NONE"),
+        ({"catch_up_window": "400d"}, "catch_up_window", "at most 366 days"),
+    ],
+)
+def test_bad_policies_are_shown_on_their_field(
+    client: Any, durable: Durable, changes: dict[str, str], field: str, message: str
+) -> None:
+    response = client.post(LIST + "add/", form_data(**changes))
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert field in form.errors, form.errors
+    assert message in " ".join(form.errors[field])
+    assert durable.schedules.state("nightly") is None
+
+
+def test_a_missed_run_is_shown_with_its_reason(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create(
+        "backup", "shop.backup", "/srv", Every(timedelta(minutes=1)), CatchUp.LATEST,
+        start_deadline=5,
+    )  # fmt: skip
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    clock.now += timedelta(minutes=1)
+    dispatcher.tick()
+    [run] = durable.schedules.runs("backup")
+    # The worker gets the message only after the deadline: the run never starts.
+    clock.now += timedelta(seconds=6)
+    args, kwargs, _ = scheduled_message(ScheduledRun("backup", run.due, run.input))
+    headers = {
+        "durable_deadline": "2026-11-02T12:01:05.0000000Z",
+        "durable_schedule": "backup",
+        "durable_due": "2026-11-02T12:01:00.0000000Z",
+    }
+    durable.app.tasks["shop.backup"].apply(args, kwargs, task_id=run.run_id, headers=headers)
+    page = text(client.get(LIST + "backup/change/"))
+    assert 'class="state-missed">missed<' in page
+    assert "start deadline passed before a worker began the durable run" in page
