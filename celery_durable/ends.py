@@ -95,14 +95,7 @@ def record_missed(durable: Any, task: Any, request: Any, reason: str) -> bool:
     except Exception:  # the worker goes on; the run simply stays "started" in the journal
         log.exception("could not record the missed run %s of schedule %s", run_id, schedule_id)
         return False
-    log.warning(
-        "run %s of schedule %s missed its start deadline: %s",
-        run_id,
-        schedule_id,
-        reason,
-        extra={"schedule": schedule_id, "run_id": run_id, "due": due},
-    )
-    return True
+    return True  # logged and signalled by the store (``signals.run_deadline_missed``)
 
 
 def _on_postrun(
