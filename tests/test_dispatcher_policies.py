@@ -8,10 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery
@@ -20,36 +18,20 @@ from scipy import stats
 from celery_durable import CatchUp, Durable, Every, Once, ScheduledRun
 from celery_durable.events import RunDecided, RunStarted
 from celery_durable.policies import jitter_offset
+from tests import test_dispatcher as base
 from tests.support.clock import T0, FakeClock
-from tests.support.tcpproxy import TcpProxy
+from tests.support.tcpproxy import app_behind_proxy
 from tests.test_dispatcher import Broker
 
 UTC = timezone.utc
 S = timedelta(seconds=1)
 
 
-@pytest.fixture
-def app(redis_url: str) -> Celery:
-    app = Celery("policy_tests", broker=redis_url, set_as_current=False)
-    app.conf.broker_connection_retry_on_startup = False
-
-    @app.task(name="backup", shared=False)
-    def backup(folder: str) -> str:  # pragma: no cover - the tests read the queue
-        return folder
-
-    return app
-
-
-@pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
-
-
-@pytest.fixture
-def broker(redis_url: str) -> Broker:
-    return Broker(redis_url)
+# The fixtures of the dispatcher's own tests: an app with the task "backup" on the test's
+# Redis, a Durable on each journal with the fake clock, and a reader of the Redis queue.
+app = base.app
+durable = base.durable
+broker = base.broker
 
 
 def events_of(durable: Durable, sid: str, kind: type) -> list[Any]:
@@ -84,16 +66,8 @@ def test_the_message_expires_at_due_plus_deadline(
 def test_a_run_unsent_at_its_deadline_is_missed_not_sent(
     journal_url: str, clock: FakeClock, broker: Broker, redis_url: str
 ) -> None:
-    parts = urlsplit(redis_url)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    proxy.restore()
-    app = Celery("outage", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}")
+    app, proxy = app_behind_proxy(redis_url, "outage")
     app.conf.broker_connection_timeout = 1
-
-    @app.task(name="backup", shared=False)
-    def backup(folder: str) -> str:  # pragma: no cover - the test reads the queue
-        return folder
-
     durable = Durable(app, journal_url, clock=clock)
     try:
         durable.schedules.create("r", "backup", "/srv", Every(60 * S), start_deadline=8)
@@ -119,8 +93,9 @@ def test_a_run_unsent_at_its_deadline_is_missed_not_sent(
         proxy.cut()
 
 
-def test_a_durable_run_carries_its_deadline_and_is_missed_when_delivered_late(
-    app: Celery, journal_url: str, clock: FakeClock, broker: Broker
+@pytest.mark.parametrize("late", [4, 5])
+def test_a_durable_run_carries_its_deadline_and_is_missed_when_delivered_after_it(
+    app: Celery, journal_url: str, clock: FakeClock, broker: Broker, late: int
 ) -> None:
     durable = Durable(app, journal_url, clock=clock)
     bodies: list[Any] = []
@@ -144,43 +119,20 @@ def test_a_durable_run_carries_its_deadline_and_is_missed_when_delivered_late(
         assert headers["expires"] is None
         args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
         custom = {k: headers[k] for k in ("durable_deadline", "durable_schedule", "durable_due")}
-        clock.advance(seconds=5)  # delivered at the deadline, never started
-        assert report.apply(args, kwargs, task_id=headers["id"], headers=custom).get() is None
-        assert bodies == []
+        clock.advance(seconds=late)
+        result = report.apply(args, kwargs, task_id=headers["id"], headers=custom).get()
         [run] = durable.schedules.runs("rep")
+        if late < 5:  # before the deadline: it runs
+            assert (result, run.state, run.outcome) == ("done", "started", "finished")
+            return
+        # At the deadline, never started: it never starts.
+        assert result is None and bodies == []
         assert (run.state, run.error) == (
             "missed",
             "start deadline passed before a worker began the durable run",
         )
         assert durable.runs.row(headers["id"])["status"] == "missed"
         assert durable.runs.stale(clock.now + timedelta(days=1)) == []  # never sent again (D8)
-    finally:
-        durable.close()
-
-
-def test_a_durable_run_delivered_before_its_deadline_runs(
-    app: Celery, journal_url: str, clock: FakeClock, broker: Broker
-) -> None:
-    durable = Durable(app, journal_url, clock=clock)
-
-    @durable.task(name="report")
-    def report(run: ScheduledRun) -> str:
-        return "done"
-
-    try:
-        durable.schedules.create("rep", "report", None, Every(60 * S), start_deadline=5)
-        d = durable.dispatcher()
-        d.tick()
-        clock.advance(seconds=60)
-        d.tick()
-        [message] = broker.take()
-        headers = message["headers"]
-        args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
-        custom = {k: headers[k] for k in ("durable_deadline", "durable_schedule", "durable_due")}
-        clock.advance(seconds=4)
-        assert report.apply(args, kwargs, task_id=headers["id"], headers=custom).get() == "done"
-        [run] = durable.schedules.runs("rep")
-        assert run.state == "started" and run.outcome == "finished"
     finally:
         durable.close()
 

@@ -132,6 +132,16 @@ def parse_json(text: str, what: str) -> Any:
         raise forms.ValidationError(f"{what} is not valid JSON: {exc}") from None
 
 
+def _span_field(label: str, help_text: str) -> forms.CharField:
+    """An optional duration field of a timing policy (P1–P3)."""
+    return forms.CharField(
+        label=label,
+        required=False,
+        help_text=f"Optional: {help_text}",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+
+
 class ScheduleForm(forms.Form):
     """Create (``creating=True``) or change a schedule; :meth:`save` calls the library."""
 
@@ -207,26 +217,19 @@ class ScheduleForm(forms.Form):
         help_text="When a run is still going at the next due time: ALLOW starts another, "
         "SKIP records it as skipped, BUFFER_ONE lets one wait.",
     )
-    start_deadline = forms.CharField(
-        label="Start deadline",
-        required=False,
-        help_text="Optional: a run not started this long after its due time never starts; it "
-        "is recorded as missed (30s, 5m, 1h).",
-        widget=forms.TextInput(attrs={"size": 10}),
+    start_deadline = _span_field(
+        "Start deadline",
+        "a run not started this long after its due time never starts; it is recorded as "
+        "missed (30s, 5m, 1h).",
     )
-    jitter = forms.CharField(
-        label="Jitter",
-        required=False,
-        help_text="Optional: send each run up to this long after its due time, at an offset "
-        "fixed by its run ID, to spread load.",
-        widget=forms.TextInput(attrs={"size": 10}),
+    jitter = _span_field(
+        "Jitter",
+        "send each run up to this long after its due time, at an offset fixed by its run ID, "
+        "to spread load.",
     )
-    catch_up_window = forms.CharField(
-        label="Catch-up window",
-        required=False,
-        help_text="Optional (LATEST and ALL): after downtime, due times older than this are "
-        "dropped.",
-        widget=forms.TextInput(attrs={"size": 10}),
+    catch_up_window = _span_field(
+        "Catch-up window",
+        "(LATEST and ALL) after downtime, due times older than this are dropped.",
     )
     options = forms.CharField(
         label="Celery options (JSON)",
