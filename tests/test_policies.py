@@ -306,3 +306,34 @@ def test_a_long_outage_with_a_window_is_cheap() -> None:
     # Every second, down for a year: selection never walks the gap.
     events = down_until(content(CatchUp.ALL, every=1, catch_up_window=30), 365 * 24 * 60)
     assert len(decided(events)) == 31
+
+
+@given(
+    interval=st.integers(1, 7200),
+    downtime=st.integers(0, 200_000),
+    window=st.integers(1, 100_000),
+    latest=st.booleans(),
+)
+def test_a_window_keeps_exactly_the_due_times_inside_it(
+    interval: int, downtime: int, window: int, latest: bool
+) -> None:
+    """P3 against a plain enumeration: what runs is the policy applied to the due times at
+    most ``window`` old; everything older is dropped and accounted for by the cursor."""
+    policy = CatchUp.LATEST if latest else CatchUp.ALL
+    c = content(policy, every=interval, catch_up_window=window)
+    now = T0 + timedelta(seconds=downtime)
+    s = Schedule(c)
+    events = s.tick(now)
+    every = [T0 + k * interval * S for k in range(1, downtime // interval + 1)]
+    inside = [d for d in every if d >= now - window * S]
+    expected = inside[-1:] if latest else inside[-1000:]
+    assert decided(events) == expected
+    dropped = len(every) - len(expected)
+    missed = [e for e in events if isinstance(e, RunsMissed)]
+    if dropped:
+        [event] = missed
+        assert event.count in (dropped, None)
+        assert (expected[0] if expected else now) > event.through >= every[dropped - 1]
+    else:
+        assert missed == []
+    assert s.state.next_due() == T0 + (downtime // interval + 1) * interval * S
