@@ -222,3 +222,42 @@ def test_jitter_offsets_survive_a_beat_kill_and_restart(
         assert executed[rid] >= decision.send_at - timedelta(milliseconds=50)
         if rid in on_time:  # slept until the jittered moment, sent then
             assert sent - decision.send_at < timedelta(milliseconds=500), rid
+
+
+def test_durable_runs_delivered_after_their_deadline_never_start(
+    tmp_path: Path, broker_url: str, redis_url: str, pg_url: str, queue: str, sink: redis.Redis
+) -> None:
+    """A durable task's message has no expiry (a started run must go on): the worker checks
+    the deadline and ends a run that had not started as missed, with its run row."""
+    deadline = timedelta(seconds=3)
+    env = env_of(broker_url, redis_url, pg_url, queue, E2E_POLICY="durable-deadline")
+    journal = reader(pg_url)
+    sid = "durable-every-second"
+    try:
+        with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat.log", env=env) as beat:
+            wait_for(lambda: len(journal.schedules.runs(sid)) >= 10, timeout=60, processes=[beat])
+            with running_process(
+                worker_cmd(queue), log_path=tmp_path / "worker.log", env=env
+            ) as worker:
+                back = datetime.now(UTC)
+
+                def accounted() -> bool:
+                    done = {r["id"] for r in ran(sink)}
+                    upto = [r for r in journal.schedules.runs(sid) if r.due <= back]
+                    return all(r.run_id in done or r.state == "missed" for r in upto)
+
+                wait_for(accounted, timeout=60, interval=0.5, processes=[worker, beat])
+        runs = [r for r in journal.schedules.runs(sid) if r.due <= back]
+        rows = {r.run_id: journal.runs.row(r.run_id) for r in runs}
+    finally:
+        journal.close()
+    started_at = {r["id"]: datetime.fromtimestamp(r["at"], UTC) for r in ran(sink)}
+    missed = [r for r in runs if r.state == "missed"]
+    assert len(missed) >= 5  # the worker came back about 10 s after the first due time
+    for run in missed:
+        assert run.error == "start deadline passed before a worker began the durable run"
+        assert run.run_id not in started_at
+        assert rows[run.run_id]["status"] == "missed"
+    for rid, at in started_at.items():
+        assert at - parse_run_id(rid)[1] <= deadline + timedelta(milliseconds=500), rid
+    assert all(r.run_id in started_at for r in runs if r.state != "missed")

@@ -7,6 +7,8 @@ and the moment it began), ``E2E_QUEUE`` (the queue: unique per test on a shared 
 
 * ``deadline`` — ``beat_schedule`` entry ``every-second`` (``schedule: 1.0``) with the option
   ``start_deadline: timedelta(seconds=5)``;
+* ``durable-deadline`` — entry ``durable-every-second``: the durable task ``e2e.policy_durable``
+  every second with ``start_deadline: 3`` (seconds);
 * anything else — no ``beat_schedule``: the test creates schedules through the API.
 """
 
@@ -20,7 +22,7 @@ from datetime import timedelta
 import redis
 from celery import Celery
 
-from celery_durable import Durable
+from celery_durable import Durable, ScheduledRun, run_id
 
 app = Celery("policy_app", broker=os.environ["E2E_BROKER"])
 app.conf.update(
@@ -41,6 +43,19 @@ def tick(self, *args: object, **kwargs: object) -> None:
     _sink.rpush("e2e:ran", json.dumps({"id": self.request.id, "at": time.time()}))
 
 
+@durable.task(name="e2e.policy_durable")
+def durable_tick(run: ScheduledRun) -> None:
+    _sink.rpush("e2e:ran", json.dumps({"id": run_id(run.schedule, run.due), "at": time.time()}))
+
+
+if os.environ.get("E2E_POLICY") == "durable-deadline":
+    app.conf.beat_schedule = {
+        "durable-every-second": {
+            "task": "e2e.policy_durable",
+            "schedule": 1.0,
+            "options": {"start_deadline": 3},
+        },
+    }
 if os.environ.get("E2E_POLICY") == "deadline":
     app.conf.beat_schedule = {
         "every-second": {
