@@ -509,6 +509,14 @@ def test_the_form_creates_and_shows_the_policies(client: Any, durable: Durable) 
         None,
     )
     assert 'id="durable-timing">30s / — / —<' in text(client.get(LIST + "nightly/change/"))
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("durable_schedules", "show", "nightly", stdout=out)
+    assert "Start deadline:   30s\nJitter:           —\n" in out.getvalue()
+    out = io.StringIO()
+    call_command("durable_schedules", "show", "nightly", "--json", stdout=out)
+    assert '"start_deadline": 30.0' in out.getvalue() and '"jitter": null' in out.getvalue()
 
 
 def test_a_missed_run_is_shown_with_its_reason(

@@ -94,10 +94,18 @@ class RunRow:
         return local_text(self.run.due)
 
 
-def timing_text(view: ScheduleView) -> str:
-    """The timing policies (P1–P3) in one line: ``5m / — / 1h`` (``—`` where off)."""
+TIMING_LABELS = ("Start deadline", "Jitter", "Catch-up window")
+
+
+def timing_parts(view: ScheduleView) -> tuple[str, ...]:
+    """The timing policies (P1–P3) as the admin writes them: ``5m``, ``—`` where off."""
     spans = (view.start_deadline, view.jitter, view.catch_up_window)
-    return " / ".join("—" if s is None else format_duration(s) for s in spans)
+    return tuple("—" if s is None else format_duration(s) for s in spans)
+
+
+def timing_text(view: ScheduleView) -> str:
+    """The timing policies in one line: ``5m / — / 1h``."""
+    return " / ".join(timing_parts(view))
 
 
 def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:

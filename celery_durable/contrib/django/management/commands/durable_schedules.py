@@ -12,8 +12,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.admin import local_text, status_of, utc_text
+from celery_durable.contrib.django.admin import (
+    TIMING_LABELS,
+    local_text,
+    status_of,
+    timing_parts,
+    utc_text,
+)
 from celery_durable.errors import DurableError
+from celery_durable.policies import POLICY_FIELDS
 from celery_durable.views import ScheduleView
 
 
@@ -27,6 +34,11 @@ def schedule_json(view: ScheduleView) -> dict[str, Any]:
         "status": status_of(view),
         "catch_up": view.catch_up.value,
         "overlap": view.overlap.value,
+        **{
+            name: None if span is None else span.total_seconds()
+            for name in POLICY_FIELDS
+            for span in [getattr(view, name)]
+        },
         "next_due": None if view.next_due is None else view.next_due.isoformat(),
         "runs_decided": view.runs_decided,
     }
@@ -79,6 +91,7 @@ class Command(BaseCommand):
                 ("Input", json.dumps(view.input)),
                 ("Catch-up", view.catch_up.name),
                 ("Overlap", view.overlap.name),
+                *zip(TIMING_LABELS, timing_parts(view), strict=True),
                 ("Next run (UTC)", utc_text(view.next_due)),
                 ("Next run (local)", local_text(view.next_due)),
                 ("Runs decided", view.runs_decided),
