@@ -5,27 +5,12 @@ task is enqueued with a deterministic run ID; durable tasks journal their steps.
 package does nothing else: no connection, no app, no thread.
 """
 
-from celery_durable.context import step_context
-from celery_durable.durable import Durable
-from celery_durable.errors import (
-    AttemptTimeout,
-    DurableError,
-    InvalidSchedule,
-    RunCancelled,
-    RunEnded,
-    RunFaulted,
-    RunParked,
-    ScheduleConflict,
-    ScheduleNotFound,
-    StepFailed,
-    UnknownTask,
-)
-from celery_durable.helpers import now, random, sleep, uuid4, wait_signal
-from celery_durable.ids import MAX_ID_LENGTH, parse_run_id, run_id
-from celery_durable.outcomes import Cancelled, Faulted, Finished
-from celery_durable.policies import CatchUp, Overlap
-from celery_durable.retry import Retry
-from celery_durable.rules import (
+from celery_durable.core.ids import MAX_ID_LENGTH, parse_run_id, run_id
+from celery_durable.core.outcomes import Cancelled, Faulted, Finished
+from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.read_models import RunView, ScheduleView
+from celery_durable.core.retry import Retry
+from celery_durable.core.rules import (
     FRIDAY,
     MONDAY,
     SATURDAY,
@@ -41,8 +26,23 @@ from celery_durable.rules import (
     Weekly,
     rule_from_json,
 )
-from celery_durable.tasks import ScheduledRun
-from celery_durable.views import RunView, ScheduleView
+from celery_durable.durable import Durable
+from celery_durable.errors import (
+    AttemptTimeout,
+    DurableError,
+    InvalidSchedule,
+    RunCancelled,
+    RunEnded,
+    RunFaulted,
+    RunParked,
+    ScheduleConflict,
+    ScheduleNotFound,
+    StepFailed,
+    UnknownTask,
+)
+from celery_durable.message import ScheduledRun
+from celery_durable.worker.context import step_context
+from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal
 
 __all__ = [
     "FRIDAY",

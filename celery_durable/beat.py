@@ -10,19 +10,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery
 from celery.beat import Scheduler
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable.config import DurableConfig
-from celery_durable.durable import Durable
+from celery_durable.core.policies import POLICY_FIELDS, CatchUp
+from celery_durable.core.rules import Cron, Every, Rule
+from celery_durable.dispatch.dispatcher import Dispatcher
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.journal.urls import redact
-from celery_durable.policies import POLICY_FIELDS, CatchUp
-from celery_durable.rules import Cron, Every, Rule
-from celery_durable.schedules import KNOWN_OPTIONS
+from celery_durable.message import SCHEDULE_OPTIONS
+from celery_durable.runtime import Runtime
+from celery_durable.schedules import Schedules
+from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
 
@@ -57,7 +59,28 @@ def rule_of(entry_schedule: Any, app: Celery, name: str) -> Rule:
     )
 
 
-def import_beat_schedule(durable: Durable, entries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+class _HasSchedules(Protocol):
+    """What :func:`import_beat_schedule` needs of a ``Durable``."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def schedules(self) -> Schedules: ...
+
+
+def import_beat_schedule(
+    durable: _HasSchedules, entries: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Create (or bring up to date) one durable schedule per ``beat_schedule`` entry.
+
+    ``durable`` is the project's ``Durable``. See :func:`import_entries`.
+    """
+    return import_entries(durable.runtime, durable.schedules, entries)
+
+
+def import_entries(
+    runtime: Runtime, schedules: Schedules, entries: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     """Create (or bring up to date) one durable schedule per ``beat_schedule`` entry.
 
     The entry's name is the schedule ID. A schedule that exists takes the entry's content
@@ -68,17 +91,17 @@ def import_beat_schedule(durable: Durable, entries: Mapping[str, Mapping[str, An
     planned = []
     for name, entry in entries.items():
         task = entry.get("task")
-        rule = rule_of(entry.get("schedule"), durable.app, name)
+        rule = rule_of(entry.get("schedule"), runtime.app, name)
         options = dict(entry.get("options") or {})
         catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
         overlap = options.pop("overlap", "allow")
-        ignored = sorted(set(options) - KNOWN_OPTIONS - set(POLICY_FIELDS))  # P1–P3 go through
+        ignored = sorted(set(options) - SCHEDULE_OPTIONS - set(POLICY_FIELDS))  # P1–P3 go through
         for key in ignored:
             log.warning("beat_schedule entry %r: option %r is not carried over", name, key)
             options.pop(key)
         args = list(entry.get("args") or ())
         kwargs = dict(entry.get("kwargs") or {})
-        if durable.is_durable(str(task)):
+        if runtime.is_durable(str(task)):
             input_ = entry.get("input", args[0] if len(args) == 1 else (kwargs or None))
         else:
             input_ = None
@@ -87,18 +110,16 @@ def import_beat_schedule(durable: Durable, entries: Mapping[str, Mapping[str, An
             if kwargs:
                 options["kwargs"] = kwargs
         content = (task, input_, rule, catch_up, overlap, options)
-        durable.schedules._content(
-            name, task, input_, rule, catch_up, dict(options, overlap=overlap)
-        )
+        schedules.check(name, task, input_, rule, catch_up, dict(options, overlap=overlap))
         planned.append((name, content))
     for name, (task, input_, rule, catch_up, overlap, options) in planned:
-        view = durable.schedules.state(name)
+        view = schedules.state(name)
         if view is None:
-            durable.schedules.create(name, task, input_, rule, catch_up, overlap=overlap, **options)
+            schedules.create(name, task, input_, rule, catch_up, overlap=overlap, **options)
         elif view.deleted:
             log.warning("beat_schedule entry %r names a deleted schedule; it stays deleted", name)
         else:
-            durable.schedules.change(name, task, input_, rule, catch_up, overlap=overlap, **options)
+            schedules.change(name, task, input_, rule, catch_up, overlap=overlap, **options)
     return [name for name, _ in planned]
 
 
@@ -109,15 +130,15 @@ class DurableScheduler(Scheduler):
     max_interval = 5
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
-        self._durable: Durable | None = None
-        self._dispatcher: Any = None
+        self._runtime: Runtime | None = None
+        self._dispatcher: Dispatcher | None = None
         self._closed = False
         self._failing_since: float | None = None
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
         """Import ``beat_schedule`` (and Celery's default entries) and prepare the dispatcher."""
-        self._durable = Durable.for_app(self.app)
+        self._runtime = runtime = Runtime.for_app(self.app)
         entries: dict[str, Any] = {}
         self.install_default_entries(entries)
         entries.update(self.app.conf.beat_schedule or {})
@@ -130,10 +151,10 @@ class DurableScheduler(Scheduler):
                     "kwargs": entry.kwargs,
                     "options": entry.options,
                 }
-        imported = import_beat_schedule(self._durable, entries)
+        imported = import_entries(runtime, Schedules(runtime), entries)
         if imported:
             log.info("durable scheduler: %d beat_schedule entries imported", len(imported))
-        self._dispatcher = self._durable.dispatcher()
+        self._dispatcher = Dispatcher(runtime)
         self.data: dict[str, Any] = {}
 
     @property
@@ -146,8 +167,11 @@ class DurableScheduler(Scheduler):
 
         if self._dispatcher is None:
             self.setup_schedule()
+        dispatcher = self._dispatcher
+        if dispatcher is None:  # setup_schedule sets it or raises
+            raise DurableError("the durable scheduler is not set up")
         try:
-            wait = float(self._dispatcher.tick())
+            wait = float(dispatcher.tick())
         except DurableError:
             raise
         except Exception as exc:
@@ -159,8 +183,8 @@ class DurableScheduler(Scheduler):
                     type(exc).__name__,
                     exc,
                 )
-            self._dispatcher._loaded = False
-            return min(self._durable.config.check_interval if self._durable else 5.0, 5.0)
+            dispatcher.invalidate()
+            return min(self._runtime.config.check_interval if self._runtime else 5.0, 5.0)
         if self._failing_since is not None:
             log.warning("durable scheduler: journal reachable again")
             self._failing_since = None
@@ -175,13 +199,13 @@ class DurableScheduler(Scheduler):
         self._closed = True
         if self._dispatcher is not None:
             self._dispatcher.close()
-        if self._durable is not None:
-            self._durable.close()
+        if self._runtime is not None:
+            self._runtime.close()
         super().close()
 
     @property
     def info(self) -> str:
         url = (
-            self._durable.config.url if self._durable else DurableConfig.from_app(self.app.conf).url
+            self._runtime.config.url if self._runtime else DurableConfig.from_app(self.app.conf).url
         )
         return f"    . journal -> {redact(url)}"

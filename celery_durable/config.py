@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from celery_durable.codec import DEFAULT_MAX_INPUT_BYTES
+from celery_durable.core.codec import DEFAULT_MAX_INPUT_BYTES
 from celery_durable.errors import DurableError
 
 DEFAULT_URL = "sqlite:///celery_durable.db"

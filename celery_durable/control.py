@@ -10,12 +10,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError, RunEnded
-from celery_durable.ids import run_stream
-from celery_durable.journal import NewEvent
-from celery_durable.outcomes import Outcome, raise_for
-from celery_durable.replay import (
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import run_stream
+from celery_durable.core.journal import NewEvent
+from celery_durable.core.outcomes import Outcome, raise_for
+from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CANCEL_REQUESTED,
     SIGNAL_RECEIVED,
@@ -23,17 +22,18 @@ from celery_durable.replay import (
     fold,
     parked_outcome,
 )
-from celery_durable.runs import Resend
+from celery_durable.errors import AppendConflict, DurableError, RunEnded
+from celery_durable.message import Resend
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 _ATTEMPTS = 50
 
 
-def _read(durable: Durable, run_id: str, state: RunState | None = None) -> RunState:
+def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunState:
     state = state if state is not None else RunState()
-    return fold(durable.journal.read_stream(run_stream(run_id), state.version), state)
+    return fold(runtime.journal.read_stream(run_stream(run_id), state.version), state)
 
 
 def outcome_of(state: RunState) -> Outcome | None:
@@ -41,7 +41,7 @@ def outcome_of(state: RunState) -> Outcome | None:
     return state.outcome if state.outcome is not None else parked_outcome(state)
 
 
-def outcome(durable: Durable, run_id: str, timeout: float | None = None) -> Outcome:
+def outcome(runtime: Runtime, run_id: str, timeout: float | None = None) -> Outcome:
     """Wait for the run to end and return ``Finished``, ``Faulted`` or ``Cancelled`` (W7).
 
     ``timeout=None`` waits for ever. Raises ``TimeoutError`` when the time passes, and
@@ -51,7 +51,7 @@ def outcome(durable: Durable, run_id: str, timeout: float | None = None) -> Outc
     state = RunState()
     pause = 0.02
     while True:
-        state = _read(durable, run_id, state)
+        state = _read(runtime, run_id, state)
         found = outcome_of(state)
         if found is not None:
             return found
@@ -64,42 +64,45 @@ def outcome(durable: Durable, run_id: str, timeout: float | None = None) -> Outc
         pause = min(pause * 1.5, 0.5)
 
 
-def result(durable: Durable, run_id: str, timeout: float | None = None) -> Any:
+def result(runtime: Runtime, run_id: str, timeout: float | None = None) -> Any:
     """The value of a finished run; raises ``RunFaulted``/``RunCancelled`` (W7)."""
-    return raise_for(run_id, outcome(durable, run_id, timeout))
+    return raise_for(run_id, outcome(runtime, run_id, timeout))
 
 
-def _append(durable: Durable, run_id: str, make: Any) -> tuple[RunState, bool]:
+def run_ended(runtime: Runtime, run_id: str) -> str | None:
+    """``finished``, ``faulted`` or ``cancelled`` once a durable run ended, else ``None``."""
+    try:
+        found = outcome(runtime, run_id, timeout=0)
+    except (TimeoutError, LookupError):
+        return None
+    return type(found).__name__.lower()
+
+
+def _append(runtime: Runtime, run_id: str, make: Any) -> tuple[RunState, bool]:
     """Append ``make(state)`` (a NewEvent or ``None``) at the version read; retry on conflict."""
     stream = run_stream(run_id)
-    state = _read(durable, run_id)
+    state = _read(runtime, run_id)
     for _ in range(_ATTEMPTS):
         new = make(state)
         if new is None:
             return state, False
         try:
-            durable.journal.append(stream, state.version, [new])
+            runtime.journal.append(stream, state.version, [new])
         except AppendConflict:
-            state = _read(durable, run_id, state)
+            state = _read(runtime, run_id, state)
             continue
         return state, True
     raise DurableError(f"run {run_id!r}: too many concurrent writers to its journal")
 
 
-def _wake(durable: Durable, state: RunState, run_id: str) -> None:
+def _wake(runtime: Runtime, state: RunState, run_id: str) -> None:
     message = state.message
     if message is None or not message.get("task"):
         return
-    Resend(
-        run_id=run_id,
-        task=message["task"],
-        args=list(message.get("args") or ()),
-        kwargs=dict(message.get("kwargs") or {}),
-        options=dict(message.get("options") or {}),
-    ).send(durable.app)
+    Resend.from_json(run_id, message["task"], message).send(runtime.app)
 
 
-def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> None:
+def signal(runtime: Runtime, run_id: str, name: str, payload: Any = None) -> None:
     """Store a signal for the run; a run waiting for ``name`` is sent again at once (W4).
 
     Signals sent before the run reaches its wait (even before it starts) are kept; waits
@@ -108,10 +111,10 @@ def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> Non
     if not isinstance(name, str) or not name:
         raise TypeError("a signal name must be a non-empty str")
     check_json_value(
-        payload, f"the payload of signal {name!r}", max_bytes=durable.config.max_input_bytes,
+        payload, f"the payload of signal {name!r}", max_bytes=runtime.config.max_input_bytes,
         error=DurableError,
     )  # fmt: skip
-    now = durable.now()
+    now = runtime.now()
 
     def make(state: RunState) -> NewEvent:
         if state.ended:
@@ -120,21 +123,21 @@ def signal(durable: Durable, run_id: str, name: str, payload: Any = None) -> Non
                 run_id=run_id,
                 signal=name,
             )
-        from celery_durable.codec import time_to_json
+        from celery_durable.core.codec import time_to_json
 
         return NewEvent(
             type=SIGNAL_RECEIVED,
             data={"v": FORMAT, "name": name, "payload": payload, "sent_at": time_to_json(now)},
         )
 
-    state, _ = _append(durable, run_id, make)
+    state, _ = _append(runtime, run_id, make)
     # The state is exact as of our append: had the run suspended after it, its suspension
     # would have conflicted with our signal and it would have seen the signal instead.
     if state.suspended and state.suspended_wait == name:
-        _wake(durable, state, run_id)
+        _wake(runtime, state, run_id)
 
 
-def cancel(durable: Durable, run_id: str) -> bool:
+def cancel(runtime: Runtime, run_id: str) -> bool:
     """Ask the run to stop (W7): the body sees ``StepFailed`` (kind ``cancelled``) at the
     next step it reaches, may run cleanup steps, and ends ``Cancelled`` unless it returns.
 
@@ -149,7 +152,7 @@ def cancel(durable: Durable, run_id: str) -> bool:
             return None
         return NewEvent(type=RUN_CANCEL_REQUESTED, data={"v": FORMAT})
 
-    state, stored = _append(durable, run_id, make)
+    state, stored = _append(runtime, run_id, make)
     if stored and state.suspended:
-        _wake(durable, state, run_id)
+        _wake(runtime, state, run_id)
     return stored

@@ -4,32 +4,26 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from celery_durable import ends
+from celery_durable import control
 from celery_durable.config import DurableConfig
-from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
-from celery_durable.ids import check_text
-from celery_durable.index import ScheduleIndex
-from celery_durable.journal import SqlJournal
+from celery_durable.runtime import Clock, Runtime
 from celery_durable.schedules import Schedules, ScheduleStore
+from celery_durable.store.index import ScheduleIndex
+from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.runs import RunStore
+from celery_durable.worker import run_ends as ends
 
 if TYPE_CHECKING:
-    from celery_durable.dispatcher import Dispatcher
-
-Clock = Callable[[], datetime]
+    from celery_durable.dispatch.dispatcher import Dispatcher
 
 _BY_APP: weakref.WeakKeyDictionary[Celery, Durable] = weakref.WeakKeyDictionary()
 _BY_APP_LOCK = threading.Lock()
-
-
-def _system_clock() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class Durable:
@@ -42,18 +36,14 @@ class Durable:
     >>> app = Celery("proj", broker="redis://localhost")
     >>> durable = Durable(app)
     >>> durable.schedules.create("nightly", "proj.backup", "/srv", Daily("02:00", "Europe/Oslo"))
+
+    A facade: the work is done by services that receive its :class:`~.runtime.Runtime`.
     """
 
     def __init__(self, app: Celery, url: str | None = None, *, clock: Clock | None = None) -> None:
-        if not isinstance(app, Celery):
-            raise TypeError(f"app must be a Celery app, not {type(app).__name__}")
-        if clock is not None and not callable(clock):
-            raise TypeError("clock must be a callable returning an aware UTC datetime")
+        self.runtime = Runtime(app, url, clock=clock)
         self.app = app
-        self._url = url
-        self._clock: Clock = clock or _system_clock
-        self.schedules = Schedules(self)
-        self._store = ScheduleStore(self)
+        self.schedules = Schedules(self.runtime)
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
@@ -65,87 +55,71 @@ class Durable:
             found = _BY_APP.get(app)
         return found if found is not None else cls(app)
 
-    @cached_property
+    @property
     def config(self) -> DurableConfig:
         """Settings read once from ``app.conf``."""
-        return DurableConfig.from_app(self.app.conf, self._url)
+        return self.runtime.config
 
-    @cached_property
+    @property
     def journal(self) -> SqlJournal:
         """The SQL journal (connects on first use)."""
-        return SqlJournal(self.config.url, sqlite_synchronous=self.config.sqlite_synchronous)
+        return self.runtime.journal
 
-    @cached_property
+    @property
     def index(self) -> ScheduleIndex:
         """The schedule index projection's table access."""
-        return ScheduleIndex(self.journal)
+        return self.runtime.index
+
+    @property
+    def _store(self) -> ScheduleStore:
+        """Kept for tests written against it; use ``durable.schedules.store``."""
+        return self.schedules.store
 
     def now(self) -> datetime:
         """The current time from the clock, checked to be aware and converted to UTC."""
-        moment = self._clock()
-        if not isinstance(moment, datetime) or moment.utcoffset() is None:
-            raise DurableError(f"clock returned {moment!r}; an aware datetime is required")
-        return moment.astimezone(timezone.utc)
+        return self.runtime.now()
 
     def dispatcher(self, **options: Any) -> Dispatcher:
         """The dispatcher core without beat: ``.tick()`` decides and enqueues what is due."""
-        from celery_durable.dispatcher import Dispatcher
+        from celery_durable.dispatch.dispatcher import Dispatcher
 
-        return Dispatcher(self, **options)
+        return Dispatcher(self.runtime, **options)
 
     # Tasks ---------------------------------------------------------------------------------
 
     def task_name(self, task: Any) -> str:
         """The name of a task given by name or as a task object."""
-        if isinstance(task, str):
-            return check_text(task, "task name")
-        name = getattr(task, "name", None)
-        if isinstance(name, str):
-            return check_text(name, "task name")
-        if task is None:
-            raise InvalidSchedule("task is missing", field="task")
-        raise InvalidSchedule(
-            f"task must be a task name or a Celery task, not {type(task).__name__}"
-        )
+        return self.runtime.task_name(task)
 
     def require_task(self, name: str) -> Any:
         """The registered task called ``name``; ``UnknownTask`` when the app has none (A7)."""
-        task = self.app.tasks.get(name)
-        if task is None:
-            raise UnknownTask(
-                f"A7: task {name!r} is not registered in app {self.app.main!r}", task=name
-            )
-        return task
+        return self.runtime.require_task(name)
 
     def is_durable(self, name: str) -> bool:
         """Whether the registered task ``name`` was made with :meth:`task`."""
-        return bool(getattr(self.app.tasks.get(name), "__durable__", False))
+        return self.runtime.is_durable(name)
 
     @cached_property
     def task_base(self) -> type:
         """The Celery task class durable tasks of this app derive from."""
-        from celery_durable.tasks import durable_task_base
+        from celery_durable.worker.durable_task import durable_task_base
 
-        return durable_task_base(self)
+        return durable_task_base(self.runtime)
 
     def task(self, *args: Any, **options: Any) -> Any:
         """Register a durable Celery task; usable as ``@durable.task`` or ``@durable.task(...)``."""
-        from celery_durable.tasks import make_durable_task
+        from celery_durable.worker.durable_task import make_durable_task
 
         if len(args) == 1 and callable(args[0]) and not options:
-            return make_durable_task(self, args[0], {})
-        return lambda fun: make_durable_task(self, fun, options)
+            return make_durable_task(self.runtime, self.task_base, args[0], {})
+        return lambda fun: make_durable_task(self.runtime, self.task_base, fun, options)
 
     def run_ended(self, run_id: str) -> str | None:
         """``finished``, ``faulted`` or ``cancelled`` once a durable run ended, else ``None``."""
-        try:
-            outcome = self.outcome(run_id, timeout=0)
-        except (TimeoutError, LookupError):
-            return None
-        return type(outcome).__name__.lower()
+        return control.run_ended(self.runtime, run_id)
 
     # Durable runs ---------------------------------------------------------------------------
-    # (worker side: celery_durable.tasks, .steps, .helpers, .control, .runs)
+    # (worker side: celery_durable.worker, .control, .store.runs)
 
     def step(self, fun: Any = None, *, retry: Any = None, name: str | None = None) -> Any:
         """A journaled step (W2); usable as ``@durable.step`` or ``@durable.step(retry=…)``.
@@ -153,51 +127,40 @@ class Durable:
         Inside a durable task the result is stored by position and returned on replay;
         elsewhere the function is called as it is.
         """
-        from celery_durable.steps import make_step
+        from celery_durable.worker.steps import make_step
 
         if fun is not None:
             return make_step(fun, retry=retry, name=name)
         return lambda f: make_step(f, retry=retry, name=name)
 
-    @cached_property
-    def runs(self) -> Any:
-        """The run table (:class:`celery_durable.runs.RunStore`): stale runs and wake-ups (D8)."""
-        from celery_durable.runs import RunStore
-
-        return RunStore(self.journal)
+    @property
+    def runs(self) -> RunStore:
+        """The run table (:class:`~.store.runs.RunStore`): stale runs and wake-ups (D8)."""
+        return self.runtime.runs
 
     def outcome(self, run_id: str, timeout: float | None = None) -> Any:
         """``Finished(value)``, ``Faulted(error)`` or ``Cancelled()`` of a run, from the journal
         (W7). ``TimeoutError`` when it does not end in time; ``LookupError`` if never started."""
-        from celery_durable import control
-
-        return control.outcome(self, run_id, timeout)
+        return control.outcome(self.runtime, run_id, timeout)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """The value of a finished run; raises ``RunFaulted`` or ``RunCancelled`` (W7)."""
-        from celery_durable import control
-
-        return control.result(self, run_id, timeout)
+        return control.result(self.runtime, run_id, timeout)
 
     def cancel(self, run_id: str) -> bool:
         """Ask a run to stop: its body sees ``StepFailed`` (kind ``cancelled``) at its next step."""
-        from celery_durable import control
-
-        return control.cancel(self, run_id)
+        return control.cancel(self.runtime, run_id)
 
     def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""
-        from celery_durable import control
-
-        control.signal(self, run_id, name, payload)
+        control.signal(self.runtime, run_id, name, payload)
 
     # ------------------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Release the journal's connections."""
-        if "journal" in self.__dict__:
-            self.journal.close()
+        self.runtime.close()
 
     def __repr__(self) -> str:
-        url = self.journal.url if "journal" in self.__dict__ else "(not opened)"
+        url = self.journal.url if "journal" in self.runtime.__dict__ else "(not opened)"
         return f"<Durable app={self.app.main!r} journal={url}>"

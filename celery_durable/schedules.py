@@ -16,27 +16,14 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
-from celery_durable.catchup import due_times
-from celery_durable.codec import check_json_value
-from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
-from celery_durable.events import (
-    Content,
-    RunDecided,
-    RunEnded,
-    RunFailedToStart,
-    RunMissed,
-    RunSkipped,
-    RunStarted,
-    ScheduleEvent,
-    from_stored,
-    to_new_event,
-)
-from celery_durable.ids import check_schedule_id, check_text, schedule_stream, to_utc
-from celery_durable.ids import run_id as make_run_id
-from celery_durable.index import UnreadableEntry, fold_stored
-from celery_durable.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
-from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly
-from celery_durable.schedule import (
+from celery_durable.core.catchup import due_times
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
+from celery_durable.core.ids import run_id as make_run_id
+from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
+from celery_durable.core.read_models import RunView, ScheduleView
+from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekly
+from celery_durable.core.schedule_aggregate import (
     Change,
     Command,
     Create,
@@ -48,19 +35,26 @@ from celery_durable.schedule import (
     decide,
     fold_all,
 )
-from celery_durable.views import RunView, ScheduleView
+from celery_durable.core.schedule_events import (
+    Content,
+    RunDecided,
+    RunEnded,
+    RunFailedToStart,
+    RunMissed,
+    RunSkipped,
+    RunStarted,
+    ScheduleEvent,
+    from_stored,
+    to_new_event,
+)
+from celery_durable.errors import AppendConflict, DurableError, InvalidSchedule
+from celery_durable.message import NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
+from celery_durable.store.index import UnreadableEntry, fold_stored
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 _RULE_TYPES = (Daily, Weekly, Every, Cron, Once)
-
-_STR_OPTIONS = ("queue", "routing_key", "exchange")
-_NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
-KNOWN_OPTIONS = frozenset(
-    ("args", "kwargs", "priority", "headers", *_STR_OPTIONS, *_NUMBER_OPTIONS)
-)
-"""Celery options a schedule may carry to each run's message."""
 
 _MAX_ATTEMPTS = 50
 
@@ -69,10 +63,10 @@ log = logging.getLogger("celery_durable.schedules")
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     """Validate the Celery options of a schedule; ``InvalidSchedule`` names the bad one."""
-    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    unknown = sorted(set(options) - SCHEDULE_OPTIONS)
     if unknown:
         raise InvalidSchedule(
-            f"unknown option {unknown[0]!r}; known: {', '.join(sorted(KNOWN_OPTIONS))}",
+            f"unknown option {unknown[0]!r}; known: {', '.join(sorted(SCHEDULE_OPTIONS))}",
             field=unknown[0],
         )
     checked: dict[str, Any] = {}
@@ -83,9 +77,9 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             raise InvalidSchedule("option 'args' must be a list", field=key)
         if key in ("kwargs", "headers") and not isinstance(value, dict):
             raise InvalidSchedule(f"option {key!r} must be a dict", field=key)
-        if key in _STR_OPTIONS:
+        if key in STR_OPTIONS:
             check_text(value, f"option {key!r}")
-        if key in _NUMBER_OPTIONS and (
+        if key in NUMBER_OPTIONS and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
         ):
             raise InvalidSchedule(f"option {key!r} must be a positive number of seconds", field=key)
@@ -100,8 +94,9 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
 class Schedules:
     """Runtime management of durable schedules. Reach it as ``durable.schedules``."""
 
-    def __init__(self, durable: Durable) -> None:
-        self._durable = durable
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.store = ScheduleStore(runtime)
 
     # Commands ----------------------------------------------------------------------------
 
@@ -125,7 +120,7 @@ class Schedules:
 
         >>> durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
         """
-        content = self._content(id, task, input, rule, catch_up, options)
+        content = self.check(id, task, input, rule, catch_up, options)
         self._execute(id, lambda now: Create(content=content, now=now))
 
     def change(
@@ -141,7 +136,7 @@ class Schedules:
 
         Raises ``ScheduleConflict`` for an unknown or deleted schedule.
         """
-        content = self._content(id, task, input, rule, catch_up, options)
+        content = self.check(id, task, input, rule, catch_up, options)
         self._execute(id, lambda now: Change(content=content, now=now))
 
     def pause(self, id: str) -> None:
@@ -188,7 +183,7 @@ class Schedules:
         last = to_utc(end, "backfill end")
         if last < first:
             raise InvalidSchedule("backfill end is before its start")
-        store = self._durable._store
+        store = self.store
 
         def commands(now: datetime) -> builtins.list[Command]:
             state = store.load(sid)
@@ -211,26 +206,24 @@ class Schedules:
 
     def state(self, id: str) -> ScheduleView | None:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
-        state = self._durable._store.load(check_schedule_id(id))
+        state = self.store.load(check_schedule_id(id))
         return view_of(state) if state.exists else None
 
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""
-        views = [view_of(s) for s in self._durable._store.load_all() if s.exists]
+        views = [view_of(s) for s in self.store.load_all() if s.exists]
         return [v for v in views if include_deleted or not v.deleted]
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
         """The decided runs of a schedule, newest first (V2)."""
         sid = check_schedule_id(id)
-        runs = runs_of(sid, self._durable._store.events(sid))[:limit]
+        runs = runs_of(sid, self.store.events(sid))[:limit]
         # Durable runs: their outcome (or progress) comes from the run table.
         started = [r.run_id for r in runs if r.state == "started"]
-        statuses = self._durable.runs.statuses(started) if started else {}
+        statuses = self._runtime.runs.statuses(started) if started else {}
         return [replace(r, outcome=statuses[r.run_id]) if r.run_id in statuses else r for r in runs]
 
-    # Internals ----------------------------------------------------------------------------
-
-    def _content(
+    def check(
         self,
         id: str,
         task: Any,
@@ -239,9 +232,14 @@ class Schedules:
         catch_up: CatchUp | str,
         options: dict[str, Any],
     ) -> Content:
-        durable = self._durable
+        """Check a schedule's definition and return its content; nothing is stored.
+
+        Raises what :meth:`create` raises for bad arguments (``InvalidSchedule``,
+        ``UnknownTask``). ``options`` loses its ``overlap`` key.
+        """
+        runtime = self._runtime
         overlap = Overlap.parse(options.pop("overlap", Overlap.ALLOW))
-        task_name = durable.task_name(task)
+        task_name = runtime.task_name(task)
         check_schedule_id(id, task_name)
         if rule is None:
             raise InvalidSchedule("rule is missing", field="rule")
@@ -251,10 +249,10 @@ class Schedules:
             )
         policy = CatchUp.parse(catch_up)
         timing = Timing.parse(policy, **{k: options.pop(k) for k in POLICY_FIELDS if k in options})
-        max_bytes = durable.config.max_input_bytes
+        max_bytes = runtime.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
         checked_options = check_options(options, max_bytes)
-        durable.require_task(task_name)
+        runtime.require_task(task_name)
         return Content(
             task=task_name,
             input=input,
@@ -265,27 +263,29 @@ class Schedules:
             timing=timing,
         )
 
+    # Internals ----------------------------------------------------------------------------
+
     def _execute(
         self, id: str, make: Callable[[Any], Command | Sequence[Command]]
     ) -> builtins.list[ScheduleEvent]:
-        return self._durable._store.execute(id, make)
+        return self.store.execute(id, make)
 
 
 class ScheduleStore:
     """Loads schedule states from the journal and appends the aggregate's decisions."""
 
-    def __init__(self, durable: Durable) -> None:
-        self._durable = durable
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     def events(self, schedule_id: str) -> list[ScheduleEvent]:
-        journal = self._durable.journal
+        journal = self._runtime.journal
         return [from_stored(e) for e in journal.read_stream(schedule_stream(schedule_id))]
 
     def load(self, schedule_id: str) -> ScheduleState:
         """The current state of one schedule: its index row plus the events stored after it."""
-        journal = self._durable.journal
+        journal = self._runtime.journal
         try:
-            state = self._durable.index.load([schedule_id]).get(schedule_id)
+            state = self._runtime.index.load([schedule_id]).get(schedule_id)
         except UnreadableEntry as exc:
             log.warning("%s; reading the schedule's whole stream instead", exc)
             state = None
@@ -295,7 +295,7 @@ class ScheduleStore:
 
     def load_all(self) -> list[ScheduleState]:
         """Every schedule's current state, ordered by ID: the index rows plus newer events."""
-        index = self._durable.index
+        index = self._runtime.index
         try:
             states = index.load()
             position = index.position()
@@ -313,11 +313,11 @@ class ScheduleStore:
         ``make`` receives the clock's time and returns one command or several, decided in turn
         and appended together (all or nothing).
         """
-        journal = self._durable.journal
+        journal = self._runtime.journal
         stream = schedule_stream(schedule_id)
         for _ in range(_MAX_ATTEMPTS):
             state = self.load(schedule_id)
-            made = make(self._durable.now())
+            made = make(self._runtime.now())
             events: list[ScheduleEvent] = []
             folded = state
             for command in made if isinstance(made, Sequence) else [made]:
@@ -411,4 +411,4 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 
 
-__all__ = ["KNOWN_OPTIONS", "ScheduleStore", "Schedules", "check_options"]
+__all__ = ["ScheduleStore", "Schedules", "check_options"]

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from celery.utils.dispatch import Signal
 
-from celery_durable.codec import time_to_json
-from celery_durable.ids import run_id
+from celery_durable.core.codec import time_to_json
+from celery_durable.core.ids import run_id
 
 if TYPE_CHECKING:
-    from celery_durable.events import ScheduleEvent
+    from celery_durable.core.schedule_events import ScheduleEvent
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -48,7 +48,7 @@ run_deadline_missed = Signal(
 
 def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
     """Log a stored schedule event with structured fields and send its signal."""
-    from celery_durable.events import (
+    from celery_durable.core.schedule_events import (
         RunDecided,
         RunFailedToStart,
         RunMissed,

@@ -34,7 +34,7 @@ from celery_durable import (
     RunView,
     ScheduleConflict,
 )
-from celery_durable.journal.urls import redact
+from celery_durable.store.journal.urls import redact
 from example_project.schedules import JOBS, ensure_schedules
 from example_project.services import ServiceDied, Services
 from example_project.settings import ZONE, Settings

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery_durable import MONDAY, CatchUp, Daily, Durable, Weekly
-from celery_durable.rules import Rule
+from celery_durable.core.rules import Rule
 from example_project.settings import ZONE
 
 

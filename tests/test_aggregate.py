@@ -7,9 +7,8 @@ from datetime import datetime, time, timedelta, timezone
 import pytest
 
 from celery_durable import CatchUp, Daily, Every, InvalidSchedule, Once, ScheduleConflict, Weekly
-from celery_durable.catchup import ALL_LIMIT
-from celery_durable.events import Content, RunDecided, RunsMissed, from_data, to_data
-from celery_durable.schedule import (
+from celery_durable.core.catchup import ALL_LIMIT
+from celery_durable.core.schedule_aggregate import (
     Change,
     Create,
     DecideDue,
@@ -23,6 +22,7 @@ from celery_durable.schedule import (
     decide,
     fold_all,
 )
+from celery_durable.core.schedule_events import Content, RunDecided, RunsMissed, from_data, to_data
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)  # a Monday, noon UTC

@@ -23,7 +23,7 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner, Result
 
 from celery_durable import Durable
-from celery_durable.retry import Retry
+from celery_durable.core.retry import Retry
 from tests.support.processes import REPO_ROOT, child_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -723,8 +723,8 @@ def test_python_dash_m_entry_point(sqlite_url: str) -> None:
 
 
 def test_runs_show_of_a_scheduled_durable_run(sqlite_url: str) -> None:
-    from celery_durable.ids import parse_run_id
-    from celery_durable.tasks import ScheduledRun, scheduled_message
+    from celery_durable.core.ids import parse_run_id
+    from celery_durable.message import ScheduledRun, scheduled_message
 
     ok(
         sqlite_url,

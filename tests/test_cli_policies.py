@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from celery_durable import Durable
-from celery_durable.ends import MISSED_IN_QUEUE
-from celery_durable.schedule import MarkMissed
+from celery_durable.core.schedule_aggregate import MarkMissed
+from celery_durable.worker.run_ends import MISSED_IN_QUEUE
 from tests.e2e.cli_app import app
 from tests.support.clock import FakeClock
 from tests.test_cli import as_json, fails, ok

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_durable.codec import dumps
-from celery_durable.journal.encoding import encode_data
+from celery_durable.core.codec import dumps
+from celery_durable.store.journal.encoding import encode_data
 
 plain = st.recursive(
     st.none()

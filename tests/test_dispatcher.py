@@ -22,7 +22,7 @@ from celery_durable import (
     ScheduleConflict,
     Weekly,
 )
-from celery_durable.schedule import DecideDue
+from celery_durable.core.schedule_aggregate import DecideDue
 from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import TcpProxy, app_behind_proxy
 
@@ -453,7 +453,7 @@ def _runs_by_type(durable: Durable) -> dict[str, list[str]]:
 def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
     durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 40)
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
     for i in range(130):  # four rounds: 40, 40, 40, 10
         durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
@@ -478,9 +478,9 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
 ) -> None:
     """The journal fails while the writer stores a round's starts: the tick raises, every run
     stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
-    from celery_durable.runs import RunStore
+    from celery_durable.store.runs import RunStore
 
-    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 40)
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
     for i in range(100):
         durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
@@ -517,8 +517,8 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
 
 def _run_id(decided: str) -> str:
     sid, due = decided.split("@", 1)
-    from celery_durable.codec import time_from_json
-    from celery_durable.ids import run_id
+    from celery_durable.core.codec import time_from_json
+    from celery_durable.core.ids import run_id
 
     return run_id(sid, time_from_json(due))
 

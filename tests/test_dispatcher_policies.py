@@ -16,8 +16,8 @@ from celery import Celery
 from scipy import stats
 
 from celery_durable import CatchUp, Durable, Every, Once, ScheduledRun
-from celery_durable.events import RunDecided, RunStarted
-from celery_durable.policies import jitter_offset
+from celery_durable.core.policies import jitter_offset
+from celery_durable.core.schedule_events import RunDecided, RunStarted
 from tests import test_dispatcher as base
 from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import app_behind_proxy
@@ -252,7 +252,7 @@ def test_a_catch_up_window_after_dispatcher_downtime(
     got = sorted(r.due for r in durable.schedules.runs("w"))
     assert got == [T0 + timedelta(minutes=m) for m in runs]
     assert len(broker.ids()) == len(runs)
-    from celery_durable.events import RunsMissed
+    from celery_durable.core.schedule_events import RunsMissed
 
     counted = [e.count for e in events_of(durable, "w", RunsMissed)]
     assert counted == ([dropped] if dropped else [])

@@ -88,8 +88,9 @@ def test_worker_claim_racing_the_dispatchers_record_of_the_send(pg_url: str) -> 
     import threading
     import time
 
-    from celery_durable.journal import SqlJournal
-    from celery_durable.runs import Resend, RunStore
+    from celery_durable.message import Resend
+    from celery_durable.store.journal.sql import SqlJournal
+    from celery_durable.store.runs import RunStore
 
     journal = SqlJournal(pg_url)
     now = T0

@@ -19,7 +19,7 @@ from celery import Celery
 from sqlalchemy.engine import make_url
 
 from celery_durable import CatchUp, Cron, Daily, Durable, Every, Overlap, ScheduledRun, Weekly
-from celery_durable.tasks import scheduled_message
+from celery_durable.message import scheduled_message
 from tests.django_project.harness import setup_django
 
 UTC = timezone.utc

@@ -24,7 +24,7 @@ import pytest
 from celery import Celery
 
 from celery_durable import CatchUp, Daily, Durable, Every, Overlap, ScheduledRun, Weekly
-from celery_durable.tasks import scheduled_message
+from celery_durable.message import scheduled_message
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "tests" / "django_project"

@@ -18,13 +18,13 @@ import pytest
 from celery import Celery
 
 from celery_durable import Durable, RunCancelled, RunFaulted, StepFailed
-from celery_durable.context import step_context
 from celery_durable.control import RunEnded
+from celery_durable.core.outcomes import Cancelled, Faulted, Finished
+from celery_durable.core.retry import Retry
 from celery_durable.errors import DurableError, RunParked
-from celery_durable.helpers import now, random, sleep, uuid4, wait_signal
-from celery_durable.outcomes import Cancelled, Faulted, Finished
-from celery_durable.retry import Retry
-from celery_durable.tasks import ScheduledRun, scheduled_message
+from celery_durable.message import ScheduledRun, scheduled_message
+from celery_durable.worker.context import step_context
+from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -549,7 +549,7 @@ def test_owner_liveness_and_short_sleep_limit() -> None:
     import subprocess
     import sys
 
-    from celery_durable.tasks import owner_alive, short_sleep_limit
+    from celery_durable.worker.durable_task import owner_alive, short_sleep_limit
 
     host = socket.gethostname()
     assert owner_alive(f"{host}:{os.getpid()}:abc")

@@ -19,7 +19,7 @@ from celery import Celery
 
 from celery_durable import Durable
 from celery_durable.control import RunEnded
-from celery_durable.outcomes import Faulted, Finished
+from celery_durable.core.outcomes import Faulted, Finished
 from tests.support.durable_apps import calls
 from tests.support.processes import ManagedProcess, python_command, running_process, wait_for
 

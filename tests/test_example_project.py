@@ -287,7 +287,7 @@ def test_a_second_invoice_in_the_same_week_issues_nothing(tmp_path: Path) -> Non
 import json
 from datetime import datetime, timezone
 from celery_durable import ScheduledRun, run_id
-from celery_durable.tasks import scheduled_message
+from celery_durable.message import scheduled_message
 from example_project.app import billing, durable, invoice
 results = []
 for due in (datetime(2026, 11, 16, 7, tzinfo=timezone.utc),    # Monday 08:00 Oslo, W47

@@ -20,7 +20,7 @@ from flask import Flask, current_app, jsonify, request
 
 from celery_durable import Durable, Finished
 from celery_durable.contrib.flask import DurableExtension, celery_init_app
-from celery_durable.outcomes import Faulted
+from celery_durable.core.outcomes import Faulted
 
 durable_ext = DurableExtension()
 

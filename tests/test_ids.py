@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_durable import MAX_ID_LENGTH, InvalidSchedule, parse_run_id, run_id
-from celery_durable.ids import check_schedule_id, escape, idempotency_key
+from celery_durable.core.ids import check_schedule_id, escape, idempotency_key
 
 UTC = timezone.utc
 

@@ -13,11 +13,11 @@ from celery import Celery
 from sqlalchemy import event, text, update
 
 from celery_durable import CatchUp, Durable, Every
-from celery_durable.dispatcher import INDEX_CHECKPOINT
-from celery_durable.events import ScheduleCreated, to_new_event
-from celery_durable.index import PROJECTION
-from celery_durable.journal import Append
-from celery_durable.journal.schema import progress, schedule_index
+from celery_durable.core.journal import Append
+from celery_durable.core.schedule_events import ScheduleCreated, to_new_event
+from celery_durable.dispatch.state import INDEX_CHECKPOINT
+from celery_durable.store.index import PROJECTION
+from celery_durable.store.journal.schema import progress, schedule_index
 from tests.support.clock import T0, FakeClock
 
 UTC = timezone.utc
@@ -90,13 +90,13 @@ def test_rows_follow_every_tick_and_every_burst(
     for i in range(10):
         durable.schedules.create(f"s{i}", "noop", None, Every(timedelta(seconds=1)), CatchUp.ALL)
     d = durable.dispatcher()
-    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 4)
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 4)
     clock.now += timedelta(milliseconds=1500)
     d.tick()  # ten due, four per round: a burst; its rows are written once it is recorded
     rows = durable.index.load()
     assert {s.runs_decided for s in rows.values()} == {1}
     assert all(rows[sid] == durable._store.load(sid) for sid in rows)
-    monkeypatch.setattr("celery_durable.dispatcher.CHUNK", 1000)
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 1000)
     clock.now += timedelta(seconds=1)
     d.tick()  # one round: the rows go in with the starts
     rows = durable.index.load()
@@ -193,8 +193,8 @@ def test_postgres_out_of_order_commits_are_not_skipped(
     durable.schedules.create("seed", "noop", None, Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
     dispatcher.tick()
-    from celery_durable.events import Content
-    from celery_durable.rules import Every as E
+    from celery_durable.core.rules import Every as E
+    from celery_durable.core.schedule_events import Content
 
     created = ScheduleCreated(
         at=T0, content=Content(task="noop", input=None, rule=E(timedelta(minutes=1)))

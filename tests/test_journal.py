@@ -27,17 +27,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, DurableError, JournalError
-from celery_durable.journal import (
-    Append,
-    Journal,
-    NewEvent,
-    SqlJournal,
-    StoredEvent,
-    open_journal,
-    schema,
-)
-from celery_durable.journal.sql import read_all_query
+from celery_durable.store.journal import schema
+from celery_durable.store.journal.sql import SqlJournal, open_journal, read_all_query
 from tests.support.processes import child_env, python_command
 
 # ----------------------------------------------------------------------------- helpers
@@ -613,7 +606,8 @@ RACER = textwrap.dedent(
     """
     import json, os, sys, time
     from celery_durable.errors import AppendConflict
-    from celery_durable.journal import NewEvent, SqlJournal
+    from celery_durable.core.journal import NewEvent
+    from celery_durable.store.journal.sql import SqlJournal
 
     url, stream, name, rounds, go = sys.argv[1:6]
     journal = SqlJournal(url)
@@ -674,7 +668,8 @@ def test_many_processes_contending_for_one_stream(journal_url: str, tmp_path: Pa
 STARTER = textwrap.dedent(
     """
     import json, os, sys, time
-    from celery_durable.journal import NewEvent, SqlJournal
+    from celery_durable.core.journal import NewEvent
+    from celery_durable.store.journal.sql import SqlJournal
 
     url, name, go = sys.argv[1:4]
     journal = SqlJournal(url)

@@ -153,8 +153,8 @@ def test_the_signal_example_of_docs_observability_md_receives_the_started_run(
 def test_a_missed_start_deadline_is_counted_and_signalled(
     durable: Durable, clock: FakeClock, registry: CollectorRegistry
 ) -> None:
-    from celery_durable.ends import MISSED_IN_QUEUE
-    from celery_durable.schedule import MarkMissed
+    from celery_durable.core.schedule_aggregate import MarkMissed
+    from celery_durable.worker.run_ends import MISSED_IN_QUEUE
 
     install_metrics(registry)
     heard: list[dict] = []

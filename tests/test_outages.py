@@ -423,7 +423,8 @@ def test_journal_connection_lost_during_a_step_does_not_fault_the_run(pg_url: st
 def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(pg_url: str) -> None:
     """Found by the chaos harness (UniqueViolation on pk_celery_durable_runs in workers); fixed
     in RunStore.save_in (insert-or-update)."""
-    from celery_durable.runs import Resend, RunStore
+    from celery_durable.message import Resend
+    from celery_durable.store.runs import RunStore
 
     app = Celery(f"race-{uuid.uuid4().hex[:6]}")
     app.conf.update(task_ignore_result=True)
@@ -473,7 +474,7 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(pg_url:
 def test_a_dropped_connection_surfaces_as_the_real_error(pg_url: str) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from celery_durable.journal import Append, NewEvent
+    from celery_durable.core.journal import Append, NewEvent
 
     url, name = _own_app_name(pg_url)
     app = Celery(f"dropped-{uuid.uuid4().hex[:6]}")

@@ -14,16 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_durable import CatchUp, Every, InvalidSchedule, run_id
-from celery_durable.events import (
-    Content,
-    RunDecided,
-    RunMissed,
-    RunsMissed,
-    from_data,
-    to_data,
-)
-from celery_durable.policies import Timing, jitter_offset
-from celery_durable.schedule import (
+from celery_durable.core.policies import Timing, jitter_offset
+from celery_durable.core.schedule_aggregate import (
     Create,
     DecideDue,
     DecideRun,
@@ -33,6 +25,14 @@ from celery_durable.schedule import (
     decide,
     digest,
     fold_all,
+)
+from celery_durable.core.schedule_events import (
+    Content,
+    RunDecided,
+    RunMissed,
+    RunsMissed,
+    from_data,
+    to_data,
 )
 
 UTC = timezone.utc
@@ -193,7 +193,7 @@ def test_an_unsent_run_past_its_deadline_is_missed_not_sent() -> None:
 
 
 def test_missed_deadlines_are_recorded_while_paused_too() -> None:
-    from celery_durable.schedule import Pause
+    from celery_durable.core.schedule_aggregate import Pause
 
     s = Schedule(content(start_deadline=5))
     s.tick(T0 + 60 * S)

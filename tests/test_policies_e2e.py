@@ -20,8 +20,8 @@ import redis
 from celery import Celery
 
 from celery_durable import Durable, Once, parse_run_id
-from celery_durable.events import RunDecided, RunStarted
-from celery_durable.policies import jitter_offset
+from celery_durable.core.policies import jitter_offset
+from celery_durable.core.schedule_events import RunDecided, RunStarted
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.policy_app"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_durable.retry import GiveUp, Retry, RetryAt, decide_retry, type_name
+from celery_durable.core.retry import GiveUp, Retry, RetryAt, decide_retry, type_name
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -77,7 +77,7 @@ def test_deadline_counts_from_the_first_start_not_from_now() -> None:
 
 def test_type_names() -> None:
     assert type_name(ValueError) == "ValueError"
-    assert type_name(GiveUp) == "celery_durable.retry.GiveUp"
+    assert type_name(GiveUp) == "celery_durable.core.retry.GiveUp"
 
 
 @given(

@@ -1,4 +1,4 @@
-"""Table tests for celery_durable.rules (SPEC R1-R8, R8a): due times, DST (R7), equality,
+"""Table tests for celery_durable.core.rules (SPEC R1-R8, R8a): due times, DST (R7), equality,
 the JSON contract and every validation path."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from celery_durable.errors import InvalidSchedule
-from celery_durable.rules import (
+from celery_durable.core.rules import (
     FRIDAY,
     MONDAY,
     SATURDAY,
@@ -30,6 +29,7 @@ from celery_durable.rules import (
     Weekly,
     rule_from_json,
 )
+from celery_durable.errors import InvalidSchedule
 
 UTC = timezone.utc
 

@@ -1,4 +1,4 @@
-"""Property tests for celery_durable.rules (R1-R8a, R7 in every zone).
+"""Property tests for celery_durable.core.rules (R1-R8a, R7 in every zone).
 
 The R7 oracle used below does not share code or reasoning with the implementation: it walks UTC
 minute by minute and makes a matching local time due at the first instant whose local wall
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekly, rule_from_json
 from celery_durable.errors import InvalidSchedule
-from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekly, rule_from_json
 
 cronsim = pytest.importorskip("cronsim")
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_durable.codec import time_to_json
-from celery_durable.outcomes import Cancelled, Faulted, Finished
-from celery_durable.replay import (
+from celery_durable.core.codec import time_to_json
+from celery_durable.core.outcomes import Cancelled, Faulted, Finished
+from celery_durable.core.run_aggregate import (
     Busy,
     Ended,
     Mismatch,

@@ -39,8 +39,8 @@ def db() -> None:
 @json_option
 def init(sql: bool) -> None:
     """Create the journal's tables (idempotent) and record the schema version."""
-    from celery_durable.journal.schema import SCHEMA_VERSIONS, ddl, metadata
-    from celery_durable.journal.urls import normalize_url, redact
+    from celery_durable.store.journal.schema import SCHEMA_VERSIONS, ddl, metadata
+    from celery_durable.store.journal.urls import normalize_url, redact
 
     current = session()
     url = current.durable.config.url

@@ -19,8 +19,8 @@ from zoneinfo import ZoneInfo
 import click
 
 if TYPE_CHECKING:
+    from celery_durable.core.read_models import ScheduleView
     from celery_durable.durable import Durable
-    from celery_durable.views import ScheduleView
 
 OK = 0
 FAILED = 1
@@ -114,7 +114,7 @@ def start_session(ctx: click.Context, app: Any, url: str | None, as_json: bool, 
     """Called by the ``durable`` group (and ``python -m celery_durable``) before a command."""
     if url is not None:
         from celery_durable.errors import JournalError
-        from celery_durable.journal.urls import normalize_url
+        from celery_durable.store.journal.urls import normalize_url
 
         try:
             normalize_url(url)
@@ -256,7 +256,7 @@ def utc_json(moment: datetime | None) -> str | None:
     """ISO 8601 UTC with microseconds and ``Z`` (the JSON form of every time)."""
     if moment is None:
         return None
-    from celery_durable.codec import time_to_json
+    from celery_durable.core.codec import time_to_json
 
     return time_to_json(moment)
 

@@ -11,7 +11,7 @@ from celery_durable.cli.common import utc_json
 
 def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
     """Each position of a durable run with its attempts and errors, from its events."""
-    from celery_durable import replay
+    from celery_durable.core import run_aggregate as replay
 
     steps: dict[int, dict[str, Any]] = {}
     for event in events:
@@ -76,7 +76,7 @@ def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
 
 def _outcome_json(state: Any) -> dict[str, Any] | None:
     from celery_durable.control import outcome_of
-    from celery_durable.outcomes import Faulted, Finished
+    from celery_durable.core.outcomes import Faulted, Finished
 
     found = outcome_of(state)
     if found is None:
@@ -95,7 +95,7 @@ def _outcome_json(state: Any) -> dict[str, Any] | None:
 
 
 def durable_json(events: list[Any], row: Mapping[str, Any] | None) -> dict[str, Any]:
-    from celery_durable import replay
+    from celery_durable.core import run_aggregate as replay
 
     state = replay.fold(events)
     started = next((e for e in events if e.type == replay.RUN_STARTED), None)

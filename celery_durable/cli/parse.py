@@ -98,7 +98,7 @@ def make_rule(
     max_runs: int | None,
 ) -> Any:
     """The rule for one of :data:`RULE_OPTIONS` (``InvalidSchedule`` comes from the rules)."""
-    from celery_durable.rules import Cron, Daily, Every, Once, Weekly
+    from celery_durable.core.rules import Cron, Daily, Every, Once, Weekly
 
     bounds: dict[str, Any] = {"end_at": end_at, "max_runs": max_runs}
     if kind in ("daily", "weekly") and zone is None:
@@ -120,8 +120,8 @@ def with_bounds(rule: Any, *, zone: str | None, end_at: Any, max_runs: Any) -> A
 
     ``end_at``/``max_runs``: ``...`` keeps the current value, ``None`` removes it.
     """
-    from celery_durable.codec import time_to_json
-    from celery_durable.rules import rule_from_json
+    from celery_durable.core.codec import time_to_json
+    from celery_durable.core.rules import rule_from_json
 
     data = dict(rule.to_json())
     if zone is not None:

@@ -44,7 +44,7 @@ def result(run_id: str, timeout: float, wait: bool) -> None:
     Exit 5 when it faulted or was cancelled, 6 when it has not ended yet, 3 when it never
     started.
     """
-    from celery_durable.outcomes import Cancelled, Finished
+    from celery_durable.core.outcomes import Cancelled, Finished
 
     current = session()
     try:

@@ -54,7 +54,7 @@ def run_rows_by_id(durable: Any, run_ids: Iterable[str] | None) -> dict[str, dic
     """Rows of ``celery_durable_runs`` (all when ``run_ids`` is None), by run ID."""
     from sqlalchemy import select
 
-    from celery_durable.journal.schema import runs as runs_table
+    from celery_durable.store.journal.schema import runs as runs_table
 
     journal = durable.journal
     journal.ensure_ready()
@@ -162,8 +162,8 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
 
 def _schedule_run(durable: Any, run_id: str) -> tuple[Any, Any]:
     """(schedule view, run view) when ``run_id`` is a run a schedule decided, else Nones."""
+    from celery_durable.core.ids import parse_run_id
     from celery_durable.errors import InvalidSchedule
-    from celery_durable.ids import parse_run_id
 
     try:
         schedule_id, _due = parse_run_id(run_id)
@@ -186,7 +186,7 @@ def _short(value: Any) -> str:
 def _iso(text: str | None) -> str:
     if text is None:
         return "-"
-    from celery_durable.codec import time_from_json
+    from celery_durable.core.codec import time_from_json
 
     return utc_text(time_from_json(text))
 
@@ -197,7 +197,7 @@ def _iso(text: str | None) -> str:
 def show(run_id: str) -> None:
     """Show RUN_ID: its decision and start, and for durable runs each step with its
     attempts and errors."""
-    from celery_durable.ids import run_stream
+    from celery_durable.core.ids import run_stream
 
     current = session()
     durable = current.durable

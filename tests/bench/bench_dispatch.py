@@ -73,18 +73,18 @@ from celery import Celery  # noqa: E402
 from sqlalchemy import func, select, text  # noqa: E402
 
 from celery_durable import CatchUp, Durable, Every, Once  # noqa: E402
-from celery_durable.codec import time_from_json  # noqa: E402
-from celery_durable.events import (  # noqa: E402
+from celery_durable.core.codec import time_from_json  # noqa: E402
+from celery_durable.core.ids import parse_due, run_id, schedule_stream  # noqa: E402
+from celery_durable.core.journal import Append  # noqa: E402
+from celery_durable.core.schedule_aggregate import ScheduleState, fold_all  # noqa: E402
+from celery_durable.core.schedule_events import (  # noqa: E402
     Content,
     RunDecided,
     RunStarted,
     ScheduleCreated,
     to_new_event,
 )
-from celery_durable.ids import parse_due, run_id, schedule_stream  # noqa: E402
-from celery_durable.journal import Append  # noqa: E402
-from celery_durable.journal.schema import events as events_table  # noqa: E402
-from celery_durable.schedule import ScheduleState, fold_all  # noqa: E402
+from celery_durable.store.journal.schema import events as events_table  # noqa: E402
 
 DEFAULT_PG = os.environ.get(
     "CELERY_DURABLE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -828,10 +828,11 @@ def child_tick(c: argparse.Namespace) -> None:
 
         return wrapper
 
-    disp._decide = timed("decide_s", disp._decide)  # type: ignore[method-assign]
-    disp._append = timed("append_s", disp._append)  # type: ignore[method-assign]
-    disp._send = timed("send_s", disp._send, materialise=True)  # type: ignore[method-assign]
-    disp._states_of = timed("states_s", disp._states_of)  # type: ignore[method-assign]
+    recorder, publisher, cache = disp.recorder, disp.publisher, disp.cache
+    recorder.decide = timed("decide_s", recorder.decide)  # type: ignore[method-assign]
+    recorder.append = timed("append_s", recorder.append)  # type: ignore[method-assign]
+    publisher.send = timed("send_s", publisher.send, materialise=True)  # type: ignore[method-assign]
+    cache.states_of = timed("states_s", cache.states_of)  # type: ignore[method-assign]
     t_ctor = time.perf_counter() - t0
     disp.load(durable.now())
     t_load = time.perf_counter() - t0
@@ -938,7 +939,7 @@ def restore(url: str, head: int) -> None:
 
 
 def _plain(url: str) -> str:
-    from celery_durable.journal.urls import normalize_url
+    from celery_durable.store.journal.urls import normalize_url
 
     return normalize_url(url).render_as_string(hide_password=False)
 

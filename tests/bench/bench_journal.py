@@ -43,8 +43,9 @@ from sqlalchemy.engine import Engine, make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from celery_durable.journal import Append, NewEvent, SqlJournal
-from celery_durable.journal import schema as journal_schema
+from celery_durable.core.journal import Append, NewEvent
+from celery_durable.store.journal import schema as journal_schema
+from celery_durable.store.journal.sql import SqlJournal
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DATA = {"due": "2026-11-16T01:00:00.0000000Z", "task": "tasks.backup", "input": {"n": 1}}

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from croniter import croniter
 from cronsim import CronSim
 
-from celery_durable.rules import Cron, Daily, Rule, Weekly
+from celery_durable.core.rules import Cron, Daily, Rule, Weekly
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from celery_durable import Durable  # noqa: E402
-from celery_durable.journal.urls import normalize_url  # noqa: E402
+from celery_durable.store.journal.urls import normalize_url  # noqa: E402
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -218,7 +218,7 @@ def bench_replay(task: Any, crash: dict[str, Any], steps_n: int, reps: int) -> l
         with contextlib.suppress(Crash):
             task.apply((steps_n,), task_id=run_id)
         crash["on"] = False
-        crash["offset"] += task.durable.config.run_lease + 1  # the crashed claim has expired
+        crash["offset"] += task.runtime.config.run_lease + 1  # the crashed claim has expired
         t0 = time.perf_counter()
         task.apply((steps_n,), task_id=run_id).get()
         times.append((time.perf_counter() - t0) * 1e3)

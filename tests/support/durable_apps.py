@@ -25,9 +25,9 @@ from typing import Any
 from celery import Celery
 
 from celery_durable import Durable
-from celery_durable.context import step_context
-from celery_durable.helpers import sleep, wait_signal
-from celery_durable.retry import Retry
+from celery_durable.core.retry import Retry
+from celery_durable.worker.context import step_context
+from celery_durable.worker.primitives import sleep, wait_signal
 
 app = Celery("durable_e2e", broker=os.environ.get("E2E_BROKER", "redis://127.0.0.1:6379/0"))
 _transport: dict[str, Any] = {}

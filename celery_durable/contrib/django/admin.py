@@ -34,10 +34,10 @@ from django.utils import timezone as dj_timezone
 from celery_durable.contrib.django import get_durable
 from celery_durable.contrib.django.forms import ScheduleForm, format_duration, zone_names
 from celery_durable.contrib.django.models import Schedule
+from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError
-from celery_durable.journal.urls import redact
-from celery_durable.views import RunView, ScheduleView
+from celery_durable.store.journal.urls import redact
 
 RUNS_SHOWN = 25
 """Runs listed on a schedule's page (``?runs=all`` lists every one)."""
@@ -124,7 +124,7 @@ def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
 
 
 def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
-    from celery_durable.outcomes import Cancelled, Faulted, Finished
+    from celery_durable.core.outcomes import Cancelled, Faulted, Finished
 
     try:
         found = durable.outcome(run_id, timeout=0)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.conf import settings
 
+from celery_durable.core.ids import check_schedule_id
+from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
+from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
 from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
-from celery_durable.ids import check_schedule_id
-from celery_durable.policies import POLICY_FIELDS, CatchUp, Overlap
-from celery_durable.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
 
 if TYPE_CHECKING:
+    from celery_durable.core.read_models import ScheduleView
     from celery_durable.durable import Durable
-    from celery_durable.views import ScheduleView
 
 KINDS = (
     ("daily", "Daily: every day at a local time"),

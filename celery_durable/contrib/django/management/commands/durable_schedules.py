@@ -19,9 +19,9 @@ from celery_durable.contrib.django.admin import (
     timing_parts,
     utc_text,
 )
+from celery_durable.core.policies import POLICY_FIELDS
+from celery_durable.core.read_models import ScheduleView
 from celery_durable.errors import DurableError
-from celery_durable.policies import POLICY_FIELDS
-from celery_durable.views import ScheduleView
 
 
 def schedule_json(view: ScheduleView) -> dict[str, Any]:

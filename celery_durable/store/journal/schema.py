@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from celery_durable.errors import JournalError
-from celery_durable.journal.urls import normalize_url
+from celery_durable.store.journal.urls import normalize_url
 
 __all__ = [
     "SCHEMA_VERSIONS",
@@ -51,7 +51,7 @@ __all__ = [
     "schema_versions",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("celery_durable.journal.schema")
 
 
 class UtcDateTime(TypeDecorator[datetime]):

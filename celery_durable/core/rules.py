@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
-from celery_durable import cron
+from celery_durable.core import cron
 from celery_durable.errors import InvalidSchedule
 
 __all__ = [

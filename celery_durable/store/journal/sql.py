@@ -54,10 +54,10 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, Insert, Select
 
+from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError
-from celery_durable.journal import schema
-from celery_durable.journal.base import Append, Journal, NewEvent, StoredEvent
-from celery_durable.journal.encoding import (
+from celery_durable.store.journal import schema
+from celery_durable.store.journal.encoding import (
     MAX_CATEGORY_LENGTH,
     MAX_STREAM_LENGTH,
     MAX_TYPE_LENGTH,
@@ -66,7 +66,7 @@ from celery_durable.journal.encoding import (
     _stored,
     encode_data,
 )
-from celery_durable.journal.urls import (
+from celery_durable.store.journal.urls import (
     is_sqlite,
     normalize_url,
     redact,
@@ -84,7 +84,7 @@ __all__ = [
     "read_all_query",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("celery_durable.journal.sql")
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 _SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -175,7 +175,7 @@ class _TxState:
 
 
 class SqlJournal:
-    """The :class:`~celery_durable.journal.base.Journal` on SQLite or PostgreSQL.
+    """The :class:`~celery_durable.core.journal.Journal` on SQLite or PostgreSQL.
 
     Construction only parses the URL and builds the engine; the first call connects, creates
     missing tables and checks the schema version (:class:`JournalError` when the database was

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from celery_durable.policies import CatchUp
-from celery_durable.rules import Rule
+from celery_durable.core.policies import CatchUp
+from celery_durable.core.rules import Rule
 
 ON_TIME = timedelta(seconds=60)
 """A due time reached at most this late is on time; later it is missed."""

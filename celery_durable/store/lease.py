@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from celery_durable.journal import SqlJournal
-from celery_durable.journal.schema import leases
+from celery_durable.store.journal.schema import leases
+from celery_durable.store.journal.sql import SqlJournal
 
 log = logging.getLogger("celery_durable.lease")
 

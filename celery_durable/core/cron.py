@@ -2,7 +2,7 @@
 
 This module knows calendars, not time zones: :meth:`CronSpec.next_match` walks naive wall-clock
 minutes. Mapping a wall-clock time to an instant, with the DST rules of R7, is done by
-:mod:`celery_durable.rules`. We do not use cronsim or croniter for evaluation because both map
+:mod:`celery_durable.core.rules`. We do not use cronsim or croniter for evaluation because both map
 local times to instants differently from R7 (see docs/rules.md for the measured cases).
 """
 

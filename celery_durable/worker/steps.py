@@ -18,11 +18,16 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from celery_durable.codec import check_json_value, time_to_json
-from celery_durable.context import Changed, RunContext, StepContext, current_run
+from celery_durable.core.codec import check_json_value, time_to_json
+from celery_durable.core.retry import GiveUp, Retry, decide_retry, type_name
+from celery_durable.core.run_aggregate import (
+    STEP_ATTEMPT_FAILED,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_STARTED,
+)
 from celery_durable.errors import AttemptTimeout, DurableError, StepFailed
-from celery_durable.replay import STEP_ATTEMPT_FAILED, STEP_COMPLETED, STEP_FAILED, STEP_STARTED
-from celery_durable.retry import GiveUp, Retry, decide_retry, type_name
+from celery_durable.worker.context import Changed, RunContext, StepContext, current_run
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,9 +25,10 @@ from sqlalchemy import and_, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from celery_durable.codec import dumps
-from celery_durable.journal import SqlJournal
-from celery_durable.journal.schema import runs as runs_table
+from celery_durable.core.codec import dumps
+from celery_durable.message import Resend, message_json
+from celery_durable.store.journal.schema import runs as runs_table
+from celery_durable.store.journal.sql import SqlJournal
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -45,53 +45,8 @@ STATUSES = (QUEUED, RUNNING, SUSPENDED, FINISHED, FAULTED, CANCELLED, PARKED, MI
 ACTIVE = (QUEUED, RUNNING)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Resend:
-    """What is needed to send a run's message again, with the same task id (S3)."""
-
-    run_id: str
-    task: str
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    """Celery ``apply_async`` options kept from the first delivery (``queue``, ``priority``)."""
-    headers: dict[str, Any] = field(default_factory=dict)
-
-    def send(self, app: Any, **overrides: Any) -> Any:
-        """``app.send_task`` with the run ID as task id; returns Celery's ``AsyncResult``."""
-        options = {**self.options, **overrides}
-        if self.headers:
-            options.setdefault("headers", dict(self.headers))
-        return app.send_task(
-            self.task,
-            args=list(self.args),
-            kwargs=dict(self.kwargs),
-            task_id=self.run_id,
-            **options,
-        )
-
-
-def message_json(
-    args: Any, kwargs: Any, options: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The stored form of a run's message (the ``message`` column and ``RunStarted``)."""
-    return {
-        "args": list(args or ()),
-        "kwargs": dict(kwargs or {}),
-        "options": dict(options or {}),
-    }
-
-
 def _resend(row: Any) -> Resend:
-    message = json.loads(row.message) if row.message else {}
-    return Resend(
-        run_id=row.run_id,
-        task=row.task,
-        args=list(message.get("args") or ()),
-        kwargs=dict(message.get("kwargs") or {}),
-        options=dict(message.get("options") or {}),
-        headers=dict(message.get("headers") or {}),
-    )
+    return Resend.from_json(row.run_id, row.task, json.loads(row.message) if row.message else {})
 
 
 class RunStore:
@@ -235,9 +190,7 @@ class RunStore:
                 "lease_until": now + timedelta(seconds=lease),
                 "wake_at": None,
                 "updated_at": now,
-                "message": dumps(
-                    {**message_json(r.args, r.kwargs, r.options), "headers": dict(r.headers)}
-                ),
+                "message": dumps(r.to_json()),
             }
             for r in sent
         ]

@@ -13,11 +13,11 @@ from datetime import datetime
 from functools import cache, cached_property
 from typing import Any, ClassVar, cast
 
-from celery_durable.codec import time_from_json, time_to_json
+from celery_durable.core.codec import time_from_json, time_to_json
+from celery_durable.core.journal import NewEvent, StoredEvent
+from celery_durable.core.policies import CatchUp, Overlap, Timing
+from celery_durable.core.rules import Rule, rule_from_json
 from celery_durable.errors import JournalError
-from celery_durable.journal.base import NewEvent, StoredEvent
-from celery_durable.policies import CatchUp, Overlap, Timing
-from celery_durable.rules import Rule, rule_from_json
 
 FORMAT = 1
 

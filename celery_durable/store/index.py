@@ -1,6 +1,6 @@
 """The schedule index: one row per schedule, kept by a projection of schedule events (D2).
 
-Each row holds the folded :class:`~celery_durable.schedule.ScheduleState` (JSON, format
+Each row holds the folded :class:`~.schedule_aggregate.ScheduleState` (JSON, format
 ``STATE_FORMAT``), the stream version it has folded, and the moment the schedule next needs
 the dispatcher (``next_due``: its earliest unsent run, else its rule's next due time). The
 projection's read position lives in ``celery_durable_progress`` and is written in the same
@@ -23,13 +23,13 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from celery_durable.codec import dumps
+from celery_durable.core.codec import dumps
+from celery_durable.core.journal import StoredEvent
+from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState, fold
+from celery_durable.core.schedule_events import from_stored
 from celery_durable.errors import JournalError
-from celery_durable.events import from_stored
-from celery_durable.journal import SqlJournal, StoredEvent
-from celery_durable.journal.schema import progress, schedule_index
-from celery_durable.journal.sql import one_of
-from celery_durable.schedule import STATE_FORMAT, ScheduleState, fold
+from celery_durable.store.journal.schema import progress, schedule_index
+from celery_durable.store.journal.sql import SqlJournal, one_of
 
 log = logging.getLogger("celery_durable.index")
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery_durable.policies import CatchUp, Overlap
-from celery_durable.rules import Rule
+from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.rules import Rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

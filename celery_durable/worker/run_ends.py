@@ -20,8 +20,12 @@ from typing import Any
 
 from celery import signals
 
-from celery_durable.ids import parse_due
-from celery_durable.schedule import MarkEnded, MarkMissed
+from celery_durable.control import run_ended
+from celery_durable.core.ids import parse_due
+from celery_durable.core.schedule_aggregate import MarkEnded, MarkMissed
+from celery_durable.message import DEADLINE_HEADER, DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
+from celery_durable.runtime import Runtime
+from celery_durable.schedules import ScheduleStore
 
 log = logging.getLogger("celery_durable.ends")
 
@@ -36,9 +40,6 @@ def install() -> None:
     )
 
 
-DEADLINE_HEADER = "durable_deadline"
-"""Message header with a run's start deadline (P1)."""
-
 MISSED_IN_QUEUE = "start deadline passed while the message waited for a worker"
 """Reason recorded for a plain run whose message expired before a worker took it (P1)."""
 
@@ -51,9 +52,7 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
         return
     if not header(request, DEADLINE_HEADER):
         return  # a user's own ``expires``: not a start deadline
-    from celery_durable.durable import Durable
-
-    record_missed(Durable.for_app(sender.app), sender, request, MISSED_IN_QUEUE)
+    record_missed(Runtime.for_app(sender.app), sender, request, MISSED_IN_QUEUE)
 
 
 def header(request: Any, name: str) -> Any:
@@ -71,24 +70,24 @@ def past_deadline(request: Any, now: datetime) -> bool:
     return bool(text) and now >= parse_due(str(text))
 
 
-def record_missed(durable: Any, task: Any, request: Any, reason: str) -> bool:
+def record_missed(runtime: Runtime, task: Any, request: Any, reason: str) -> bool:
     """Record that a sent run never started before its deadline (P1); never raises.
 
     A durable run's row is ended first; when the run had started (or ended) already nothing is
     recorded. Returns whether the miss was recorded.
     """
-    schedule_id = header(request, "durable_schedule")
-    due_text = header(request, "durable_due")
+    schedule_id = header(request, SCHEDULE_HEADER)
+    due_text = header(request, DUE_HEADER)
     run_id = str(getattr(request, "id", "") or "")
     if not schedule_id or not due_text:
         return False
     try:
         due = parse_due(due_text)
-        if getattr(task, "__durable__", False) and not durable.runs.mark_missed(
-            run_id, task.name, durable.now()
+        if getattr(task, "__durable__", False) and not runtime.runs.mark_missed(
+            run_id, task.name, runtime.now()
         ):
             return False
-        durable._store.execute(
+        ScheduleStore(runtime).execute(
             schedule_id,
             lambda now: MarkMissed(due=due, reason=reason, now=now, sent=True),
         )
@@ -106,25 +105,23 @@ def _on_postrun(
     **_: Any,
 ) -> None:
     request = getattr(task, "request", None)
-    if request is None or not getattr(request, "durable_track_end", False):
+    if request is None or not getattr(request, TRACK_END_HEADER, False):
         return
     outcome = _TERMINAL.get(str(state))
     if outcome is None:
         return
-    from celery_durable.durable import Durable
-
-    durable = Durable.for_app(task.app)
+    runtime = Runtime.for_app(task.app)
     if getattr(task, "__durable__", False):
-        outcome = durable.run_ended(str(task_id))
+        outcome = run_ended(runtime, str(task_id))
         if outcome is None:
             return  # suspended (sleep, retry wait, signal): the run goes on
-    schedule_id = getattr(request, "durable_schedule", None)
-    due_text = getattr(request, "durable_due", None)
+    schedule_id = getattr(request, SCHEDULE_HEADER, None)
+    due_text = getattr(request, DUE_HEADER, None)
     if not schedule_id or not due_text:
         return
     try:
         due = parse_due(due_text)
-        durable._store.execute(
+        ScheduleStore(runtime).execute(
             schedule_id, lambda now: MarkEnded(due=due, outcome=str(outcome), now=now)
         )
     except Exception:  # never fail the task because the end could not be recorded

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timezone
 from urllib.parse import quote
 
-from celery_durable.codec import cached_for_datetimes
+from celery_durable.core.codec import cached_for_datetimes
 from celery_durable.errors import InvalidSchedule
 
 MAX_ID_LENGTH = 200

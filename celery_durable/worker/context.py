@@ -25,11 +25,10 @@ from sqlalchemy.exc import (
     PendingRollbackError,
 )
 
-from celery_durable.codec import time_to_json
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
-from celery_durable.ids import idempotency_key, run_stream
-from celery_durable.journal import Append, NewEvent
-from celery_durable.replay import (
+from celery_durable.core.codec import time_to_json
+from celery_durable.core.ids import idempotency_key, run_stream
+from celery_durable.core.journal import Append, NewEvent
+from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CLAIMED,
     RUN_SUSPENDED,
@@ -40,10 +39,11 @@ from celery_durable.replay import (
     fold,
     stored_at,
 )
-from celery_durable.runs import RUNNING, SUSPENDED, RunStore
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable
+from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.runs")
 
@@ -115,7 +115,7 @@ class RunContext:
 
     def __init__(
         self,
-        durable: Durable,
+        runtime: Runtime,
         *,
         run_id: str,
         task: str,
@@ -124,15 +124,15 @@ class RunContext:
         short_sleep: float,
         eager: bool,
     ) -> None:
-        self.durable = durable
-        self.journal = durable.journal
+        self.runtime = runtime
+        self.journal = runtime.journal
         self.run_id = run_id
         self.task = task
         self.stream = run_stream(run_id)
         self.owner = owner
         self.state = state
-        self.lease = durable.config.run_lease
-        self.max_bytes = durable.config.max_input_bytes
+        self.lease = runtime.config.run_lease
+        self.max_bytes = runtime.config.max_input_bytes
         self.short_sleep = short_sleep
         self.eager = eager
         self.lease_until: datetime | None = None
@@ -151,7 +151,7 @@ class RunContext:
         _RUN.reset(token)
 
     def now(self) -> datetime:
-        return self.durable.now()
+        return self.runtime.now()
 
     # -- positions ---------------------------------------------------------------------------
 

@@ -16,18 +16,18 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery_durable.codec import time_from_json, time_to_json
-from celery_durable.context import Changed, RunContext, current_run
-from celery_durable.errors import DurableError
-from celery_durable.replay import (
+from celery_durable.core.codec import time_from_json, time_to_json
+from celery_durable.core.retry import Seconds, seconds
+from celery_durable.core.run_aggregate import (
     SIGNAL_CONSUMED,
     SIGNAL_TIMED_OUT,
     SIGNAL_WAIT_STARTED,
     SLEEP_STARTED,
     STEP_COMPLETED,
 )
-from celery_durable.retry import Seconds, seconds
-from celery_durable.steps import INLINE_WAIT, cancelled, step_failed
+from celery_durable.errors import DurableError
+from celery_durable.worker.context import Changed, RunContext, current_run
+from celery_durable.worker.steps import INLINE_WAIT, cancelled, step_failed
 
 
 def _value(name: str, make: Callable[[], Any], decode: Callable[[Any], Any]) -> Any:

@@ -1,8 +1,8 @@
-"""Worker-side durable tasks: the task class, ``ScheduledRun`` and the delivery shell (W1, W8).
+"""Worker-side durable tasks: the task class and the delivery shell (W1, W8).
 
 Every delivery of a durable task's message reads the run's stream once and decides, with the
-pure :func:`celery_durable.replay.on_delivery`, whether to return a stored outcome, to leave
-the run to another delivery, to go back to sleep, or to claim the run and replay the body.
+pure :func:`~celery_durable.core.run_aggregate.on_delivery`, whether to return a stored outcome,
+to leave the run to another delivery, to go back to sleep, or to claim the run and replay the body.
 The claim is an event appended at the version read, so of two deliveries at once only one
 wins (W8); the other finishes without running a step.
 """
@@ -15,7 +15,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +22,11 @@ from celery import Task
 from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
 
-from celery_durable.codec import check_json_value, time_from_json, time_to_json
-from celery_durable.context import LostClaim, Park, RunContext, Suspend, claim_row, journal_errors
-from celery_durable.ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
-from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
-from celery_durable.ids import run_stream
-from celery_durable.outcomes import Faulted, Finished, Outcome, raise_for
-from celery_durable.replay import (
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import run_stream
+from celery_durable.core.outcomes import Faulted, Finished, Outcome, raise_for
+from celery_durable.core.retry import type_name
+from celery_durable.core.run_aggregate import (
     RUN_CANCELLED,
     RUN_FAULTED,
     RUN_FINISHED,
@@ -44,16 +41,23 @@ from celery_durable.replay import (
     on_delivery,
     unreached,
 )
-from celery_durable.retry import type_name
-from celery_durable.runs import CANCELLED, FAULTED, FINISHED, PARKED, message_json
+from celery_durable.errors import AppendConflict, DurableError, JournalUnavailable, RunParked
+from celery_durable.message import OWNER_HEADER, decode_args, message_json
+from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
+from celery_durable.worker.context import (
+    LostClaim,
+    Park,
+    RunContext,
+    Suspend,
+    claim_row,
+    journal_errors,
+)
+from celery_durable.worker.run_ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
 
 if TYPE_CHECKING:
-    from celery_durable.durable import Durable
+    from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.tasks")
-
-SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
-"""Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
 
 DEFAULT_SHORT_SLEEP = 60.0
 """Default of ``durable_short_sleep``: longer waits are left to the dispatcher."""
@@ -62,47 +66,11 @@ _CLAIM_ATTEMPTS = 20
 _EAGER_POLL = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledRun:
-    """What a schedule hands to a durable task: its ID, the due time (aware UTC), the input."""
-
-    schedule: str
-    due: datetime
-    input: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schedule": self.schedule, "due": time_to_json(self.due), "input": self.input}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScheduledRun:
-        return cls(
-            schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input")
-        )
-
-
-def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
-    """``(args, kwargs, headers)`` of the message that starts a durable task for a schedule.
-
-    The ``ScheduledRun`` travels as one tagged JSON object in ``args``, so any Celery
-    serializer (json, msgpack, yaml, pickle) carries it; the receiving task turns it back into
-    a ``ScheduledRun`` before calling the body.
-    """
-    return [{SCHEDULED_RUN_TAG: 1, **run.to_json()}], {}, {}
-
-
-def decode_args(args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
-    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``."""
-    return tuple(
-        ScheduledRun.from_json(arg) if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg else arg
-        for arg in args
-    )
-
-
 class DurableTaskMixin:
     """What makes a Celery task durable; combined with the app's task class."""
 
     __durable__ = True
-    durable: Durable
+    runtime: Runtime
     # The broker redelivers the message of a worker that died mid-run (W1): replay is safe.
     acks_late = True
     reject_on_worker_lost = True
@@ -120,29 +88,31 @@ class DurableTaskMixin:
         return parent_call(*args, **kwargs)
 
 
-def durable_task_base(durable: Durable) -> type:
-    """The task class of durable tasks for ``durable``'s app, derived from ``app.Task``.
+def durable_task_base(runtime: Runtime) -> type:
+    """The task class of durable tasks for ``runtime``'s app, derived from ``app.Task``.
 
     Deriving from ``app.Task`` keeps what a framework put there (Django's ``DjangoTask``, a
     Flask app-context task). ``acks_late`` with ``reject_on_worker_lost`` makes the broker
     deliver the message again when a worker dies mid-run: the journal makes that replay safe.
     """
-    base: type = durable.app.Task
+    base: type = runtime.app.Task
     return type(
         "DurableTask",
         (DurableTaskMixin, base),
-        {"durable": durable, "__module__": __name__},
+        {"runtime": runtime, "__module__": __name__},
     )
 
 
-def make_durable_task(durable: Durable, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+def make_durable_task(
+    runtime: Runtime, base: type, fun: Callable[..., Any], options: dict[str, Any]
+) -> Any:
     """Register ``fun`` as a durable Celery task (every Celery task option passes through)."""
     options = dict(options)
-    options.setdefault("base", durable.task_base)
+    options.setdefault("base", base)
     # A durable task belongs to this Durable's journal: do not copy it into other apps
     # (Celery's default ``shared=True`` would, with this app's task class and journal).
     options.setdefault("shared", False)
-    return durable.app.task(**options)(fun)
+    return runtime.app.task(**options)(fun)
 
 
 def short_sleep_limit(app: Any) -> float:
@@ -154,10 +124,6 @@ def short_sleep_limit(app: Any) -> float:
     if visibility:
         limit = min(limit, float(visibility) / 2)
     return limit
-
-
-OWNER_HEADER = "durable_owner"
-"""Message header naming the claim a re-sent delivery takes over (its own, from before)."""
 
 
 def _owner() -> str:
@@ -224,8 +190,8 @@ def deliver(
                 time.sleep(delay)
                 continue
             raise _send_again(task, delay, headers={OWNER_HEADER: owner}) from None
-        durable: Durable = task.durable
-        now = durable.now()
+        runtime: Runtime = task.runtime
+        now = runtime.now()
         wait = None if until is None else max(0.0, (until - now).total_seconds())
         if eager:
             # apply(): nobody would send the task again, so wait here and look again.
@@ -262,13 +228,13 @@ def _deliver_once(
     eager: bool,
     owner: str,
 ) -> Any:
-    durable: Durable = task.durable
-    journal = durable.journal
+    runtime: Runtime = task.runtime
+    journal = runtime.journal
     stream = run_stream(run_id)
     with journal_errors():
         state = fold(journal.read_stream(stream))
     run = RunContext(
-        durable,
+        runtime,
         run_id=run_id,
         task=task.name,
         owner=owner,
@@ -276,12 +242,12 @@ def _deliver_once(
         short_sleep=short_sleep_limit(task.app),
         eager=eager,
     )
-    if not state.started and past_deadline(task.request, durable.now()):
+    if not state.started and past_deadline(task.request, runtime.now()):
         # P1: a run that has not started by its start deadline never starts.
-        record_missed(durable, task, task.request, MISSED_LATE_DELIVERY)
+        record_missed(runtime, task, task.request, MISSED_LATE_DELIVERY)
         return None
     for _ in range(_CLAIM_ATTEMPTS):
-        now = durable.now()
+        now = runtime.now()
         decision = on_delivery(state, now, owner_alive, owner=owner)
         if isinstance(decision, Ended):
             log.info("run %s has ended already; returning its stored outcome", run_id)
@@ -325,15 +291,15 @@ def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) ->
     events.append(claim)
     version = run.state.version
     with run.journal.transaction() as conn:
-        from celery_durable.journal import Append
-        from celery_durable.runs import RunStore
+        from celery_durable.core.journal import Append
+        from celery_durable.store.runs import RunStore
 
         run.journal.append_in(
             conn, [Append(stream=run.stream, expected_version=version, events=events)]
         )
         RunStore.save_in(conn, run.run_id, now=now, **row)
     for offset, new in enumerate(events, start=1):
-        from celery_durable.replay import apply
+        from celery_durable.core.run_aggregate import apply
 
         apply(run.state, version + offset, new.type, new.data)
     run.lease_until = until
@@ -380,7 +346,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
             _park(run)
         left = unreached(run.state, run.position)
         if left is not None:
-            from celery_durable.replay import Mismatch
+            from celery_durable.core.run_aggregate import Mismatch
 
             run.mismatch = Mismatch(run.position, (left.name, left.kind), ("(end of body)", "end"))
             _park(run)
@@ -449,14 +415,10 @@ def stored_outcome(state: RunState) -> Outcome | None:
 
 
 __all__ = [
-    "SCHEDULED_RUN_TAG",
     "DurableTaskMixin",
     "Finished",
-    "ScheduledRun",
-    "decode_args",
     "deliver",
     "durable_task_base",
     "make_durable_task",
-    "scheduled_message",
     "stored_outcome",
 ]

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery_durable.codec import time_from_json
-from celery_durable.outcomes import Cancelled, Faulted, Finished, Outcome
+from celery_durable.core.codec import time_from_json
+from celery_durable.core.outcomes import Cancelled, Faulted, Finished, Outcome
 
 FORMAT = 1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from celery_durable.journal.base import Append, Journal, NewEvent, StoredEvent
-from celery_durable.journal.sql import SqlJournal, open_journal
+from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
+from celery_durable.store.journal.sql import SqlJournal, open_journal
 
 __all__ = ["Append", "Journal", "NewEvent", "SqlJournal", "StoredEvent", "open_journal"]

@@ -16,16 +16,18 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery_durable import catchup
-from celery_durable.codec import (
+from celery_durable.core import catchup
+from celery_durable.core.codec import (
     canonical,
     optional_time_from_json,
     optional_time_to_json,
     time_from_json,
     time_to_json,
 )
-from celery_durable.errors import InvalidSchedule, ScheduleConflict, ScheduleNotFound
-from celery_durable.events import (
+from celery_durable.core.ids import run_id
+from celery_durable.core.policies import Overlap, jitter_offset
+from celery_durable.core.rules import Once
+from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
     RunEnded,
@@ -41,9 +43,7 @@ from celery_durable.events import (
     SchedulePaused,
     ScheduleResumed,
 )
-from celery_durable.ids import run_id
-from celery_durable.policies import Overlap, jitter_offset
-from celery_durable.rules import Once
+from celery_durable.errors import InvalidSchedule, ScheduleConflict, ScheduleNotFound
 
 FUTURE_TOLERANCE = timedelta(seconds=1)
 """A due time further in the future than this is refused (A6)."""

@@ -11,10 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from celery_durable.codec import is_plain_json as _is_plain_json
-from celery_durable.codec import plain_json_text
+from celery_durable.core.codec import is_plain_json as _is_plain_json
+from celery_durable.core.codec import plain_json_text
+from celery_durable.core.journal import Append, NewEvent, StoredEvent, category_of
 from celery_durable.errors import JournalError
-from celery_durable.journal.base import Append, NewEvent, StoredEvent, category_of
 
 MAX_STREAM_LENGTH = 255
 MAX_CATEGORY_LENGTH = 64

@@ -1,0 +1,1 @@
+"""The dispatcher: decides due runs, records them in the journal and publishes them."""

@@ -1,0 +1,52 @@
+"""Sending again the durable runs that stalled, and those whose sleep is over (D8, W4).
+
+The run table answers both questions without reading a stream; a run is re-sent with its
+stored message and the same task id, then postponed by the run lease so that it is not sent
+again before a worker had the chance to claim it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_durable.dispatch.publisher import connect_once
+from celery_durable.store.runs import RunStore
+
+log = logging.getLogger("celery_durable.dispatcher")
+
+
+class Resender:
+    """Looks at the run table at most once per ``poll_interval`` and re-sends what is due."""
+
+    def __init__(self, app: Any, runs: RunStore, *, poll_interval: float, run_lease: float) -> None:
+        self.app = app
+        self.runs = runs
+        self.poll_interval = poll_interval
+        self.run_lease = run_lease
+        self._next_check: datetime | None = None
+
+    def resend(self, now: datetime) -> None:
+        """D8 and W4: send again durable runs that stalled, and those whose sleep is over."""
+        if self._next_check is not None and now < self._next_check:
+            return
+        self._next_check = now + timedelta(seconds=self.poll_interval)
+        resends = self.runs.stale(now) + self.runs.wakeups(now)
+        if not resends:
+            return
+        sent: list[str] = []
+        try:
+            with self.app.producer_or_acquire() as producer:
+                connect_once(producer)
+                for resend in resends:
+                    if resend.task not in self.app.tasks:
+                        continue  # D4: logged at the schedule's due times; the row waits
+                    resend.send(self.app, retry=False, producer=producer)
+                    sent.append(resend.run_id)
+                    log.info(
+                        "re-sent durable run %s", resend.run_id, extra={"run_id": resend.run_id}
+                    )
+        except Exception as exc:
+            log.warning("could not re-send durable runs: %s: %s", type(exc).__name__, exc)
+        self.runs.postpone(sent, now, self.run_lease)

@@ -1,0 +1,185 @@
+"""The dispatcher's cache of schedule states, their attention times, and index checkpoints (D2).
+
+The cache holds the folded state of every schedule the dispatcher has looked at, the moment
+each next needs attention (a heap keyed by that moment), and the read position of the index
+projection. Reads come from the index rows and the events stored after them; the rows that lag
+behind the cache are written at checkpoints, at most every :data:`INDEX_CHECKPOINT`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from celery_durable.core.ids import schedule_stream
+from celery_durable.core.schedule_aggregate import ScheduleState, fold_all
+from celery_durable.core.schedule_events import from_stored
+from celery_durable.store.index import ScheduleIndex, UnreadableEntry, attention_of, fold_stored
+from celery_durable.store.journal.sql import SqlJournal
+
+log = logging.getLogger("celery_durable.dispatcher")
+
+INDEX_CHECKPOINT = timedelta(seconds=1)
+"""How often the projection's read position is saved with the rows that lag behind it (D2).
+
+A crash loses nothing: start-up reads the events stored after the saved position, at most
+this interval's worth more.
+"""
+
+
+class StateCache:
+    """Schedule states in memory, the attention heap, and the index rows that lag behind them.
+
+    ``states`` maps a schedule ID to its folded state; ``row_version`` the version of its
+    index row. The writer thread stores the states of the round it records (disjoint keys);
+    everything else runs in the dispatcher's thread.
+    """
+
+    def __init__(self, journal: SqlJournal, index: ScheduleIndex) -> None:
+        self.journal = journal
+        self.index = index
+        self.states: dict[str, ScheduleState] = {}
+        self.row_version: dict[str, int] = {}
+        self.position = 0
+        self._dirty: set[str] = set()
+        self._next_checkpoint: datetime | None = None
+        self._attention: dict[str, datetime] = {}
+        self._heap: list[tuple[datetime, str]] = []
+
+    # Reading the index and the events ------------------------------------------------------
+
+    def load(self, now: datetime) -> None:
+        """Read the index and the events stored since (C4); nothing is decided before this."""
+        self.journal.ensure_ready()
+        if self.index.needs_rebuild():
+            self.index.rebuild(now)
+        self.states.clear()
+        self.row_version.clear()
+        self._dirty.clear()
+        self._heap.clear()
+        self._attention.clear()
+        self.position = self.index.position()
+        for sid, when in self.index.attention().items():
+            self.watch(sid, when)
+        self.refresh(now)
+
+    def refresh(self, now: datetime) -> None:
+        """Fold the schedule events stored since the last read; write the rows that lag.
+
+        Rows changed by other processes (a schedule created or changed through the API) are
+        written at once. The dispatcher's own appends mostly wrote their rows with the starts;
+        the few that did not (a decision with nothing to send), and the read position itself,
+        wait for the next checkpoint (:data:`INDEX_CHECKPOINT`).
+        """
+        events = self.index.events_after(self.position)
+        if not events:
+            if self._dirty and self._checkpoint_due(now):
+                self.checkpoint(now)
+            return
+        sids = {e.stream.split("/", 1)[1] for e in events}
+        try:
+            self.adopt(self.index.load([s for s in sids if s not in self.states]))
+        except UnreadableEntry as exc:
+            log.warning("%s: rebuilding the index", exc)
+            self.states.clear()
+            self.row_version.clear()
+            self._dirty.clear()
+            self.adopt(self.index.rebuild(now))
+            self.position = self.index.position()
+            self._heap.clear()
+            self._attention.clear()
+            for sid, state in self.states.items():
+                self.watch(sid, attention_of(state))
+            return
+        changed = fold_stored(self.states, events)
+        self.position = events[-1].position
+        self._dirty.update(sids)
+        if changed or self._checkpoint_due(now):
+            self.checkpoint(now)
+        for sid in changed:
+            self.watch(sid, attention_of(self.states[sid]))
+
+    def _checkpoint_due(self, now: datetime) -> bool:
+        return self._next_checkpoint is None or now >= self._next_checkpoint
+
+    def checkpoint(self, now: datetime) -> None:
+        """Write every lagging index row and the read position, in one transaction (D2)."""
+        lagging = [
+            s
+            for s in self._dirty
+            if s in self.states and self.row_version.get(s, -1) < self.states[s].version
+        ]
+        self.index.save([self.states[s] for s in lagging], self.position, now)
+        for sid in lagging:
+            self.row_version[sid] = self.states[sid].version
+        self._dirty.clear()
+        self._next_checkpoint = now + INDEX_CHECKPOINT
+
+    def checkpoint_soon(self) -> None:
+        """Make the next :meth:`refresh` write the lagging rows (on close)."""
+        self._next_checkpoint = None
+
+    def write_rows(self, sids: Sequence[str], now: datetime) -> None:
+        """Bring the index rows of these schedules up to their state (after a burst)."""
+        states = [self.states[s] for s in sids if s in self.states]
+        self.index.save(states, self.position, now)
+        for state in states:
+            self.row_version[state.schedule_id] = state.version
+
+    # Single schedules ------------------------------------------------------------------------
+
+    def states_of(self, sids: Sequence[str]) -> dict[str, ScheduleState]:
+        """The states of these schedules, read from their index rows when not cached."""
+        missing = [s for s in sids if s not in self.states]
+        if missing:
+            self.adopt(self.index.load(missing))
+            for sid in missing:
+                self.states.setdefault(sid, ScheduleState(schedule_id=sid))
+        return {sid: self.states[sid] for sid in sids}
+
+    def adopt(self, states: dict[str, ScheduleState]) -> None:
+        """Cache states read from index rows (which are therefore at their version)."""
+        self.states.update(states)
+        for sid, state in states.items():
+            self.row_version[sid] = state.version
+
+    def reload(self, sid: str) -> None:
+        """Fold the events another process appended to this schedule (after a conflict)."""
+        state = self.states.get(sid) or ScheduleState(schedule_id=sid)
+        tail = self.journal.read_stream(schedule_stream(sid), after_version=state.version)
+        self.states[sid] = fold_all(state, [from_stored(e) for e in tail])
+
+    # Attention ---------------------------------------------------------------------------------
+
+    def watch(self, sid: str, when: datetime | None) -> None:
+        """Look at this schedule again at ``when`` (never, for ``None``)."""
+        if when is None:
+            self._attention.pop(sid, None)
+            return
+        if self._attention.get(sid) != when:
+            self._attention[sid] = when
+            heapq.heappush(self._heap, (when, sid))
+
+    def pop_due(self, now: datetime) -> list[str]:
+        """The schedules whose attention time has come, each once, earliest first."""
+        due: list[str] = []
+        seen: set[str] = set()
+        while self._heap and self._heap[0][0] <= now:
+            when, sid = heapq.heappop(self._heap)
+            if self._attention.get(sid) == when and sid not in seen:
+                seen.add(sid)
+                due.append(sid)
+        return due
+
+    def first_attention(self) -> datetime | None:
+        """The earliest attention time on the heap (dropping entries that were replaced)."""
+        while self._heap and self._attention.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    @property
+    def next_attention(self) -> datetime | None:
+        """The earliest moment a schedule needs the dispatcher."""
+        return min(self._attention.values(), default=None)

@@ -1,0 +1,211 @@
+"""The wire format: what a scheduled run's message carries, and how it is sent again.
+
+One module owns every part of a run's Celery message, so that the dispatcher that writes it,
+the worker that reads it and the re-sender that repeats it agree by construction:
+
+* the task id is the run ID (S2, S3);
+* the headers :data:`SCHEDULE_HEADER`, :data:`DUE_HEADER`, :data:`RUN_ID_HEADER`,
+  :data:`TRACK_END_HEADER` when the schedule's overlap policy must hear of the run's end (D7),
+  and :data:`DEADLINE_HEADER` (with Celery's ``expires`` for plain tasks) for a start deadline;
+  :data:`OWNER_HEADER` on a durable run's own short-sleep re-send;
+* a plain task gets the arguments stock beat would send; a durable task one tagged JSON object,
+  the :class:`ScheduledRun`;
+* the Celery options a schedule may carry (:data:`SCHEDULE_OPTIONS`), of which
+  :data:`SEND_OPTIONS` go to ``apply_async``;
+* :class:`Resend`, the stored form of a durable run's message (the run table's ``message``
+  column and the ``RunStarted`` event), sent again with the same task id (D8, W4).
+
+Everything here is JSON and pure: no Celery import, no I/O except :meth:`Resend.send`, which is
+handed the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery_durable.core.codec import time_from_json, time_to_json
+from celery_durable.core.ids import format_due
+from celery_durable.core.schedule_aggregate import PendingRun
+
+SCHEDULE_HEADER = "durable_schedule"
+"""The schedule ID of a scheduled run's message."""
+DUE_HEADER = "durable_due"
+"""The run's due time, in the run ID's UTC form (:func:`~celery_durable.core.ids.format_due`)."""
+RUN_ID_HEADER = "durable_run_id"
+"""The run ID (also the message's task id)."""
+TRACK_END_HEADER = "durable_track_end"
+"""Present (``True``) when the worker must record the run's end for the overlap policy (D7)."""
+DEADLINE_HEADER = "durable_deadline"
+"""A run's start deadline (P1), in the run ID's UTC form: a worker receiving the run later
+records it as missed; a durable run that has not started by then never starts."""
+OWNER_HEADER = "durable_owner"
+"""Message header naming the claim a re-sent delivery takes over (its own, from before)."""
+
+STR_OPTIONS = ("queue", "routing_key", "exchange")
+"""Schedule options that are routing names."""
+NUMBER_OPTIONS = ("expires", "time_limit", "soft_time_limit")
+"""Schedule options that are positive numbers of seconds."""
+SCHEDULE_OPTIONS = frozenset(
+    ("args", "kwargs", "priority", "headers", *STR_OPTIONS, *NUMBER_OPTIONS)
+)
+"""Celery options a schedule may carry to each run's message."""
+SEND_OPTIONS = (
+    "queue",
+    "routing_key",
+    "exchange",
+    "priority",
+    "expires",
+    "time_limit",
+    "soft_time_limit",
+)
+"""The schedule options passed to ``apply_async`` as they are (in this order)."""
+
+SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
+"""Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRun:
+    """What a schedule hands to a durable task: its ID, the due time (aware UTC), the input."""
+
+    schedule: str
+    due: datetime
+    input: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "due": time_to_json(self.due), "input": self.input}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScheduledRun:
+        return cls(
+            schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input")
+        )
+
+
+def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """``(args, kwargs, headers)`` of the message that starts a durable task for a schedule.
+
+    The ``ScheduledRun`` travels as one tagged JSON object in ``args``, so any Celery
+    serializer (json, msgpack, yaml, pickle) carries it; the receiving task turns it back into
+    a ``ScheduledRun`` before calling the body.
+    """
+    return [{SCHEDULED_RUN_TAG: 1, **run.to_json()}], {}, {}
+
+
+def decode_args(args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
+    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``."""
+    return tuple(
+        ScheduledRun.from_json(arg) if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg else arg
+        for arg in args
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What is sent for one run: positional and keyword arguments, options, headers."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    headers: dict[str, Any]
+
+
+def run_message(
+    sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
+) -> Message:
+    """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else.
+
+    A run with a start deadline (P1) expires at it, or earlier when its own ``expires``
+    (seconds after ``now``, the moment of sending) says so.
+    """
+    options = dict(pending.options)
+    headers = dict(options.get("headers") or {})
+    headers[SCHEDULE_HEADER] = sid
+    headers[DUE_HEADER] = format_due(pending.due)
+    headers[RUN_ID_HEADER] = pending.run_id
+    if pending.track_end:
+        headers[TRACK_END_HEADER] = True
+    send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}
+    if pending.deadline is not None:
+        headers[DEADLINE_HEADER] = format_due(pending.deadline)
+        if not durable:
+            # Celery's own ``expires`` header: the worker discards a late message and the
+            # revoke is recorded as missed (a broker TTL would drop it unrecorded). A durable
+            # run checks the deadline itself: once started it must run on, also when
+            # redelivered or woken after the deadline.
+            user = send_options.pop("expires", None)
+            headers["expires"] = expiry(pending.deadline, user, now)
+    if durable:
+        run = ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
+        args, kwargs, extra = scheduled_message(run)
+        headers.update(extra)
+        return Message(list(args), dict(kwargs), send_options, headers)
+    if "args" in options or "kwargs" in options:
+        args = list(options.get("args") or [])
+    else:
+        args = [] if pending.input is None else [pending.input]
+    return Message(args, dict(options.get("kwargs") or {}), send_options, headers)
+
+
+def expiry(deadline: datetime, expires: float | None, now: datetime | None) -> str:
+    """The message expiry of a run with a start deadline: the earlier of the deadline and a
+    user-given ``expires`` (seconds after ``now``), as ISO text (JSON-safe for re-sends)."""
+    if expires is not None and now is not None:
+        deadline = min(deadline, now + timedelta(seconds=expires))
+    return deadline.isoformat()
+
+
+def message_json(
+    args: Any, kwargs: Any, options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The stored form of a run's message (the ``message`` column and ``RunStarted``)."""
+    return {
+        "args": list(args or ()),
+        "kwargs": dict(kwargs or {}),
+        "options": dict(options or {}),
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resend:
+    """What is needed to send a run's message again, with the same task id (S3)."""
+
+    run_id: str
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    """Celery ``apply_async`` options kept from the first delivery (``queue``, ``priority``)."""
+    headers: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, run_id: str, task: str, message: Mapping[str, Any]) -> Resend:
+        """The re-send of a stored message (:meth:`to_json`, or a ``RunStarted`` event's)."""
+        return cls(
+            run_id=run_id,
+            task=task,
+            args=list(message.get("args") or ()),
+            kwargs=dict(message.get("kwargs") or {}),
+            options=dict(message.get("options") or {}),
+            headers=dict(message.get("headers") or {}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form, with the headers (the run table's ``message`` column)."""
+        return {**message_json(self.args, self.kwargs, self.options), "headers": dict(self.headers)}
+
+    def send(self, app: Any, **overrides: Any) -> Any:
+        """``app.send_task`` with the run ID as task id; returns Celery's ``AsyncResult``."""
+        options = {**self.options, **overrides}
+        if self.headers:
+            options.setdefault("headers", dict(self.headers))
+        return app.send_task(
+            self.task,
+            args=list(self.args),
+            kwargs=dict(self.kwargs),
+            task_id=self.run_id,
+            **options,
+        )

@@ -1,0 +1,121 @@
+"""What the services need: the Celery app, the settings, the journal, the clock, the index.
+
+A :class:`Runtime` is handed to the schedule API, the dispatcher, the worker side and the run
+control instead of the :class:`~celery_durable.durable.Durable` facade, so none of them depends
+on the facade or on each other. Constructing one opens no connection; the journal connects on
+first use.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Any
+
+from celery import Celery
+
+from celery_durable.config import DurableConfig
+from celery_durable.core.ids import check_text
+from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
+from celery_durable.store.index import ScheduleIndex
+from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.runs import RunStore
+
+Clock = Callable[[], datetime]
+
+_BY_APP: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
+_BY_APP_LOCK = threading.Lock()
+
+
+def system_clock() -> datetime:
+    """The current time, aware and in UTC."""
+    return datetime.now(timezone.utc)
+
+
+class Runtime:
+    """One Celery app bound to one journal: settings, journal, clock, index, task lookup.
+
+    The first runtime made for an app is the one :meth:`for_app` returns, so that the worker's
+    signal handlers and beat use the journal and clock the project configured.
+    """
+
+    def __init__(self, app: Celery, url: str | None = None, *, clock: Clock | None = None) -> None:
+        if not isinstance(app, Celery):
+            raise TypeError(f"app must be a Celery app, not {type(app).__name__}")
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be a callable returning an aware UTC datetime")
+        self.app = app
+        self.url = url
+        self.clock: Clock = clock or system_clock
+        with _BY_APP_LOCK:
+            _BY_APP.setdefault(app, self)
+
+    @classmethod
+    def for_app(cls, app: Celery) -> Runtime:
+        """The runtime made for ``app`` first, or a new one from its configuration."""
+        with _BY_APP_LOCK:
+            found = _BY_APP.get(app)
+        return found if found is not None else cls(app)
+
+    @cached_property
+    def config(self) -> DurableConfig:
+        """Settings read once from ``app.conf``."""
+        return DurableConfig.from_app(self.app.conf, self.url)
+
+    @cached_property
+    def journal(self) -> SqlJournal:
+        """The SQL journal (connects on first use)."""
+        return SqlJournal(self.config.url, sqlite_synchronous=self.config.sqlite_synchronous)
+
+    @cached_property
+    def index(self) -> ScheduleIndex:
+        """The schedule index projection's table access."""
+        return ScheduleIndex(self.journal)
+
+    @cached_property
+    def runs(self) -> RunStore:
+        """The run table: stale runs and wake-ups (D8)."""
+        return RunStore(self.journal)
+
+    def now(self) -> datetime:
+        """The current time from the clock, checked to be aware and converted to UTC."""
+        moment = self.clock()
+        if not isinstance(moment, datetime) or moment.utcoffset() is None:
+            raise DurableError(f"clock returned {moment!r}; an aware datetime is required")
+        return moment.astimezone(timezone.utc)
+
+    # Tasks ---------------------------------------------------------------------------------
+
+    def task_name(self, task: Any) -> str:
+        """The name of a task given by name or as a task object."""
+        if isinstance(task, str):
+            return check_text(task, "task name")
+        name = getattr(task, "name", None)
+        if isinstance(name, str):
+            return check_text(name, "task name")
+        if task is None:
+            raise InvalidSchedule("task is missing", field="task")
+        raise InvalidSchedule(
+            f"task must be a task name or a Celery task, not {type(task).__name__}"
+        )
+
+    def require_task(self, name: str) -> Any:
+        """The registered task called ``name``; ``UnknownTask`` when the app has none (A7)."""
+        task = self.app.tasks.get(name)
+        if task is None:
+            raise UnknownTask(
+                f"A7: task {name!r} is not registered in app {self.app.main!r}", task=name
+            )
+        return task
+
+    def is_durable(self, name: str) -> bool:
+        """Whether the registered task ``name`` is a durable task."""
+        return bool(getattr(self.app.tasks.get(name), "__durable__", False))
+
+    def close(self) -> None:
+        """Release the journal's connections."""
+        if "journal" in self.__dict__:
+            self.journal.close()
