@@ -213,7 +213,11 @@ def test_jitter_offsets_survive_a_beat_kill_and_restart(
     executed = {r["id"]: datetime.fromtimestamp(r["at"], UTC) for r in ran(sink)}
     assert set(executed) == set(decided) and len(ran(sink)) == len(sids)
     # The second beat started about 2 s (the lease) + its start-up after the kill.
-    on_time = [rid for rid, d in decided.items() if d.send_at > killed + timedelta(seconds=6)]
+    # The second beat took over (after the 2 s lease and its start-up) when it sent the first
+    # run; every run whose offset falls later must be sent at its moment, not before or late.
+    took_over = min(at for ats in started.values() for at in ats)
+    assert took_over > killed
+    on_time = [rid for rid, d in decided.items() if d.send_at > took_over + timedelta(seconds=1)]
     assert len(on_time) >= 5
     for rid, decision in decided.items():
         assert decision.due == due and decision.send_at == due + jitter_offset(rid, jitter)
@@ -221,7 +225,7 @@ def test_jitter_offsets_survive_a_beat_kill_and_restart(
         assert sent >= decision.send_at  # never before its offset
         assert executed[rid] >= decision.send_at - timedelta(milliseconds=50)
         if rid in on_time:  # slept until the jittered moment, sent then
-            assert sent - decision.send_at < timedelta(milliseconds=500), rid
+            assert sent - decision.send_at < timedelta(seconds=1), rid
 
 
 def test_durable_runs_delivered_after_their_deadline_never_start(
