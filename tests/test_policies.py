@@ -337,3 +337,25 @@ def test_a_window_keeps_exactly_the_due_times_inside_it(
     else:
         assert missed == []
     assert s.state.next_due() == T0 + (downtime // interval + 1) * interval * S
+
+
+def test_a_held_run_past_its_deadline_is_missed_and_woken_for() -> None:
+    """BUFFER_ONE (D7) with a start deadline: the held run waits for the running one, but
+    not past its deadline; the dispatcher is asked to look again at that deadline."""
+    from dataclasses import replace
+
+    from celery_durable.core.policies import Overlap
+
+    s = Schedule(replace(content(start_deadline=30), overlap=Overlap.BUFFER_ONE))
+    s.tick(T0 + 60 * S)
+    s.do(MarkStarted(due=T0 + 60 * S, now=T0 + 60 * S))  # still running at the next due time
+    [held] = s.tick(T0 + 120 * S)
+    assert isinstance(held, RunDecided) and held.held and held.deadline == T0 + 150 * S
+    assert s.state.sendable() == ()
+    assert s.state.attention() == T0 + 150 * S  # before the next due time (T0 + 180 s)
+    [missed] = s.tick(T0 + 150 * S)
+    assert missed == RunMissed(
+        at=T0 + 150 * S,
+        due=T0 + 120 * S,
+        reason="start deadline passed before the run could be sent",
+    )
