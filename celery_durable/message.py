@@ -5,8 +5,9 @@ the worker that reads it and the re-sender that repeats it agree by construction
 
 * the task id is the run ID (S2, S3);
 * the headers :data:`SCHEDULE_HEADER`, :data:`DUE_HEADER`, :data:`RUN_ID_HEADER`,
-  :data:`BEAT_HEADER` (as stock beat's), and :data:`TRACK_END_HEADER` when the schedule's
-  overlap policy must hear of the run's end (D7);
+  :data:`BEAT_HEADER` (as stock beat's), :data:`TRACK_END_HEADER` when the schedule's
+  overlap policy must hear of the run's end (D7), and :data:`DEADLINE_HEADER` (with Celery's
+  ``expires`` for plain tasks) for a start deadline;
   :data:`OWNER_HEADER` on a durable run's own short-sleep re-send;
 * a plain task gets the arguments stock beat would send; a durable task one tagged JSON object,
   the :class:`ScheduledRun`;
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_durable.core.codec import decode_celery_value, time_from_json, time_to_json
@@ -39,6 +40,9 @@ RUN_ID_HEADER = "durable_run_id"
 """The run ID (also the message's task id)."""
 TRACK_END_HEADER = "durable_track_end"
 """Present (``True``) when the worker must record the run's end for the overlap policy (D7)."""
+DEADLINE_HEADER = "durable_deadline"
+"""A run's start deadline (P1), in the run ID's UTC form: a worker receiving the run later
+records it as missed; a durable run that has not started by then never starts."""
 OWNER_HEADER = "durable_owner"
 """Message header naming the claim a re-sent delivery takes over (its own, from before)."""
 
@@ -138,8 +142,14 @@ def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
-    """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else."""
+def run_message(
+    sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
+) -> Message:
+    """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else.
+
+    A run with a start deadline (P1) expires at it, or earlier when its own ``expires``
+    (seconds after ``now``, the moment of sending) says so.
+    """
     options = dict(pending.options)
     headers = dict(options.get("headers") or {})
     headers[SCHEDULE_HEADER] = sid
@@ -153,6 +163,15 @@ def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
         send_options = {k: v for k, v in options.items() if k not in NOT_FORWARDED}
     else:
         send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}
+    if pending.deadline is not None:
+        headers[DEADLINE_HEADER] = format_due(pending.deadline)
+        if not durable:
+            # Celery's own ``expires`` header: the worker discards a late message and the
+            # revoke is recorded as missed (a broker TTL would drop it unrecorded). A durable
+            # run checks the deadline itself: once started it must run on, also when
+            # redelivered or woken after the deadline.
+            user = send_options.pop("expires", None)
+            headers["expires"] = expiry(pending.deadline, user, now)
     if durable:
         run = ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
         args, kwargs, extra = scheduled_message(run)
@@ -163,6 +182,19 @@ def run_message(sid: str, pending: PendingRun, *, durable: bool) -> Message:
     else:
         args = [] if pending.input is None else [pending.input]
     return Message(args, dict(options.get("kwargs") or {}), send_options, headers)
+
+
+def expiry(deadline: datetime, expires: float | datetime | None, now: datetime | None) -> str:
+    """The message expiry of a run with a start deadline: the earlier of the deadline and a
+    user-given ``expires`` (seconds after ``now``, or an instant as a beat entry may give it,
+    B5), as ISO text (JSON-safe for re-sends)."""
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None:  # Celery reads a naive expires in UTC
+            expires = expires.replace(tzinfo=timezone.utc)
+        deadline = min(deadline, expires)
+    elif expires is not None and now is not None:
+        deadline = min(deadline, now + timedelta(seconds=expires))
+    return deadline.isoformat()
 
 
 def message_json(

@@ -10,6 +10,7 @@ name                                        type       labels      what
 ``celery_durable_runs_skipped_total``       counter    schedule    due times skipped (overlap)
 ``celery_durable_runs_failed_to_start_total`` counter  schedule    runs that can never be sent
 ``celery_durable_runs_missed_total``        counter    schedule    due times dropped by catch-up
+``celery_durable_runs_deadline_missed_total`` counter  schedule    runs past their start deadline
 ``celery_durable_dispatch_lag_seconds``     histogram  —           due time → enqueue
 ``celery_durable_schedules``                gauge      state       schedules per state (when a
                                                                    ``Durable`` is given)
@@ -71,6 +72,7 @@ class DurableMetrics:
     failed_to_start: Any
     missed: Any
     lag: Any
+    deadline_missed: Any = None
     _gauge: _SchedulesCollector | None = field(default=None, repr=False)
     _uid: str = field(default_factory=lambda: f"celery_durable.metrics.{next(_SERIAL)}")
 
@@ -104,8 +106,13 @@ class DurableMetrics:
         # ``count`` is None when too many were dropped to count: record at least one.
         self.missed.labels(schedule=schedule).inc(count if count else 1)
 
+    def on_deadline_missed(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        if self.deadline_missed is not None:
+            self.deadline_missed.labels(schedule=schedule).inc()
+
     def connect(self) -> None:
         uid = self._uid
+        signals.run_deadline_missed.connect(self.on_deadline_missed, weak=False, dispatch_uid=uid)
         signals.run_decided.connect(self.on_decided, weak=False, dispatch_uid=uid)
         signals.run_started.connect(self.on_started, weak=False, dispatch_uid=uid)
         signals.run_skipped.connect(self.on_skipped, weak=False, dispatch_uid=uid)
@@ -127,6 +134,7 @@ class DurableMetrics:
             signals.run_skipped,
             signals.run_failed_to_start,
             signals.runs_missed,
+            signals.run_deadline_missed,
         ):
             signal.disconnect(dispatch_uid=uid)
 
@@ -218,6 +226,12 @@ def install_metrics(
                 missed=counter(
                     "celery_durable_runs_missed",
                     "Due times dropped by the catch-up policy.",
+                    labels,
+                    registry=registry,
+                ),
+                deadline_missed=counter(
+                    "celery_durable_runs_deadline_missed",
+                    "Runs that never started by their start deadline (P1).",
                     labels,
                     registry=registry,
                 ),

@@ -23,7 +23,7 @@ from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
 from celery_durable.core.limits import check_instant, check_rule_instants
-from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.core.rules import (
     BeatEntry,
@@ -53,6 +53,7 @@ from celery_durable.core.schedule_events import (
     RunDecided,
     RunEnded,
     RunFailedToStart,
+    RunMissed,
     RunSkipped,
     RunStarted,
     ScheduleEvent,
@@ -164,9 +165,12 @@ class Schedules:
     ) -> None:
         """Create schedule ``id`` starting ``task`` with ``input`` at each due time of ``rule``.
 
-        A second create with the content the schedule was first created with stores nothing
-        (A1). Raises ``InvalidSchedule`` for bad arguments, ``UnknownTask`` when the task is not
-        registered (A7), ``ScheduleConflict`` for other content or a deleted ID.
+        ``options`` are Celery message options (``queue``, ``priority``, ``expires`` …) and the
+        policies ``overlap`` (D7), ``start_deadline``, ``jitter`` and ``catch_up_window``
+        (P1–P3: a ``timedelta`` or seconds). A second create with the content the schedule
+        was first created with stores nothing (A1). Raises ``InvalidSchedule`` for bad
+        arguments, ``UnknownTask`` when the task is not registered (A7), ``ScheduleConflict``
+        for other content or a deleted ID.
 
         >>> durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
         """
@@ -312,6 +316,7 @@ class Schedules:
         if isinstance(rule, Solar):
             sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
+        timing = Timing.parse(policy, **{k: options.pop(k) for k in POLICY_FIELDS if k in options})
         max_bytes = runtime.config.max_input_bytes
         check_json_value(input, "input", max_bytes=max_bytes)
         if from_beat:
@@ -326,6 +331,7 @@ class Schedules:
             catch_up=policy,
             overlap=overlap,
             options=checked_options,
+            timing=timing,
         )
         if not from_beat:  # stock beat sends whatever the entry says (B1)
             check_call(runtime, id, content)
@@ -429,6 +435,9 @@ def view_of(state: ScheduleState) -> ScheduleView:
         catch_up=content.catch_up,
         overlap=content.overlap,
         options=dict(content.options),
+        start_deadline=content.timing.start_deadline,
+        jitter=content.timing.jitter,
+        catch_up_window=content.timing.catch_up_window,
         paused=state.paused,
         deleted=state.deleted,
         anchor=state.anchor,
@@ -460,6 +469,8 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
             runs[event.due].update(state="started", started_at=event.at)
         elif isinstance(event, RunFailedToStart) and event.due in runs:
             runs[event.due].update(state="failed_to_start", error=event.error)
+        elif isinstance(event, RunMissed) and event.due in runs:
+            runs[event.due].update(state="missed", error=event.reason, missed_at=event.at)
         elif isinstance(event, RunSkipped):
             runs[event.due] = {
                 "run_id": make_run_id(schedule_id, event.due),

@@ -9,6 +9,8 @@ arguments; a receiver that raises is logged and does not disturb the dispatcher.
 - ``run_skipped``: ``schedule``, ``run_id``, ``due``, ``reason``
 - ``run_failed_to_start``: ``schedule``, ``run_id``, ``due``, ``error``
 - ``runs_missed``: ``schedule``, ``count`` (``None`` when too many to count), ``through``
+- ``run_deadline_missed``: ``schedule``, ``run_id``, ``due``, ``reason`` (P1: a run that never
+  started by its start deadline; sent by the dispatcher or by the worker that saw it late)
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ run_failed_to_start = Signal(
     name="durable_run_failed_to_start", providing_args={"schedule", "run_id", "due", "error"}
 )
 runs_missed = Signal(name="durable_runs_missed", providing_args={"schedule", "count", "through"})
+run_deadline_missed = Signal(
+    name="durable_run_deadline_missed", providing_args={"schedule", "run_id", "due", "reason"}
+)
 
 
 def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
@@ -46,6 +51,7 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
     from celery_durable.core.schedule_events import (
         RunDecided,
         RunFailedToStart,
+        RunMissed,
         RunSkipped,
         RunsMissed,
         RunStarted,
@@ -75,6 +81,11 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
     elif isinstance(event, RunFailedToStart):
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
         run_failed_to_start.send(sender=sender, error=event.error, **fields)
+    elif isinstance(event, RunMissed):
+        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
+        log.warning("run %s missed its start deadline: %s", fields["run_id"], event.reason,
+                    extra=fields)  # fmt: skip
+        run_deadline_missed.send(sender=sender, reason=event.reason, **fields)
     elif isinstance(event, RunsMissed):
         log.info(
             "schedule %r: %s missed due time(s) up to %s dropped by its catch-up policy",
@@ -86,6 +97,7 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
 
 __all__ = [
     "announce",
+    "run_deadline_missed",
     "run_decided",
     "run_failed_to_start",
     "run_skipped",

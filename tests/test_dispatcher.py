@@ -24,7 +24,7 @@ from celery_durable import (
 )
 from celery_durable.core.schedule_aggregate import DecideDue
 from tests.support.clock import T0, FakeClock
-from tests.support.tcpproxy import TcpProxy
+from tests.support.tcpproxy import TcpProxy, app_behind_proxy
 
 UTC = timezone.utc
 
@@ -348,18 +348,8 @@ def test_broker_down_keeps_the_run_and_retries(
     redis_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    parts = urlsplit(redis_url)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    proxy.restore()
-    app = Celery(
-        "outage", broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False
-    )
+    app, proxy = app_behind_proxy(redis_url, "outage")
     app.conf.broker_connection_timeout = 1
-
-    @app.task(name="backup", shared=False)
-    def backup(folder: str) -> str:  # pragma: no cover - the test reads the queue
-        return folder
-
     durable = Durable(app, journal_url, clock=clock)
     try:
         durable.schedules.create("r", "backup", "/srv", Every(timedelta(seconds=10)))

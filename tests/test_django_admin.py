@@ -255,6 +255,10 @@ def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
         ({"id": "a~b"}, "id", "must not contain"),
         ({"kind": "once", "once_at": "2026-13-01 10:00"}, "once_at", "not a date"),
         ({"max_runs": "0"}, "max_runs", "max_runs"),
+        ({"start_deadline": "soon"}, "start_deadline", "not a duration"),
+        ({"start_deadline": "5s", "jitter": "5s"}, "jitter", "must be shorter than"),
+        ({"catch_up": "none", "catch_up_window": "1h"}, "catch_up_window", "CatchUp.NONE"),
+        ({"catch_up_window": "400d"}, "catch_up_window", "at most 366 days"),
     ],
 )
 def test_add_form_shows_validation_errors_on_their_field(
@@ -631,3 +635,70 @@ def test_durable_runs_command_escapes_stored_control_characters(durable: Durable
     printed = out.getvalue()
     assert "backed up \\u001b[2J\\u202e" in printed
     assert not [c for c in printed if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")]
+
+
+# Timing policies (SPEC §5d: P1–P3) -------------------------------------------------------
+
+
+def test_the_form_creates_and_shows_the_policies(client: Any, durable: Durable) -> None:
+    data = form_data(catch_up="all", start_deadline="30s", jitter="10s", catch_up_window="1h")
+    response = client.post(LIST + "add/", data)
+    assert response.status_code == 302, response.context["form"].errors
+    view = durable.schedules.state("nightly")
+    assert (view.start_deadline, view.jitter, view.catch_up_window) == (
+        timedelta(seconds=30),
+        timedelta(seconds=10),
+        timedelta(hours=1),
+    )
+    page = client.get(LIST + "nightly/change/")
+    initial = page.context["form"].initial
+    assert (initial["start_deadline"], initial["jitter"], initial["catch_up_window"]) == (
+        "30s",
+        "10s",
+        "1h",
+    )
+    assert 'id="durable-timing">30s / 10s / 1h<' in text(page)
+    # Emptied fields turn the policies off; the others are kept as the form shows them.
+    response = client.post(LIST + "nightly/change/", {**data, "jitter": "", "catch_up_window": ""})
+    assert response.status_code == 302
+    view = durable.schedules.state("nightly")
+    assert (view.start_deadline, view.jitter, view.catch_up_window) == (
+        timedelta(seconds=30),
+        None,
+        None,
+    )
+    assert 'id="durable-timing">30s / — / —<' in text(client.get(LIST + "nightly/change/"))
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("durable_schedules", "show", "nightly", stdout=out)
+    assert "Start deadline:   30s\nJitter:           —\n" in out.getvalue()
+    out = io.StringIO()
+    call_command("durable_schedules", "show", "nightly", "--json", stdout=out)
+    assert '"start_deadline": 30.0' in out.getvalue() and '"jitter": null' in out.getvalue()
+
+
+def test_a_missed_run_is_shown_with_its_reason(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create(
+        "backup", "shop.backup", "/srv", Every(timedelta(minutes=1)), CatchUp.LATEST,
+        start_deadline=5,
+    )  # fmt: skip
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    clock.now += timedelta(minutes=1)
+    dispatcher.tick()
+    [run] = durable.schedules.runs("backup")
+    # The worker gets the message only after the deadline: the run never starts.
+    clock.now += timedelta(seconds=6)
+    args, kwargs, _ = scheduled_message(ScheduledRun("backup", run.due, run.input))
+    headers = {
+        "durable_deadline": "2026-11-02T12:01:05.0000000Z",
+        "durable_schedule": "backup",
+        "durable_due": "2026-11-02T12:01:00.0000000Z",
+    }
+    durable.app.tasks["shop.backup"].apply(args, kwargs, task_id=run.run_id, headers=headers)
+    page = text(client.get(LIST + "backup/change/"))
+    assert 'class="state-missed">missed<' in page
+    assert "start deadline passed before a worker began the durable run" in page

@@ -148,3 +148,39 @@ def test_the_signal_example_of_docs_observability_md_receives_the_started_run(
     finally:
         signals.run_started.disconnect(namespace["on_started"])
     assert alerts == ["late@2026-11-02T12:10:00.0000000Z started 90 s late"]
+
+
+def test_a_missed_start_deadline_is_counted_and_signalled(
+    durable: Durable, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    from celery_durable.core.schedule_aggregate import MarkMissed
+    from celery_durable.worker.run_ends import MISSED_IN_QUEUE
+
+    install_metrics(registry)
+    heard: list[dict] = []
+
+    def receiver(sender: object = None, **fields: object) -> None:
+        heard.append(fields)
+
+    signals.run_deadline_missed.connect(receiver, weak=False, dispatch_uid="test-deadline")
+    try:
+        durable.schedules.create(
+            "d", "report", None, Every(timedelta(seconds=10)), start_deadline=5
+        )
+        dispatcher = durable.dispatcher()
+        dispatcher.tick()
+        clock.now += timedelta(seconds=10)
+        dispatcher.tick()
+        [run] = durable.schedules.runs("d")
+        clock.now += timedelta(seconds=6)
+        # What the worker stores when the message reaches it after the deadline (P1).
+        durable._store.execute(
+            "d", lambda now: MarkMissed(due=run.due, reason=MISSED_IN_QUEUE, now=now, sent=True)
+        )
+    finally:
+        signals.run_deadline_missed.disconnect(dispatch_uid="test-deadline")
+    assert value(registry, "celery_durable_runs_deadline_missed_total", schedule="d") == 1
+    assert heard == [
+        {"schedule": "d", "run_id": run.run_id, "due": run.due, "reason": MISSED_IN_QUEUE,
+         "signal": signals.run_deadline_missed}
+    ]  # fmt: skip

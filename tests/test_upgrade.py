@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_durable import Faulted, Finished
+from celery_durable import CatchUp, Every, Faulted, Finished
 from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
 
 EXPECTED_SCHEDULES = {
@@ -119,3 +119,42 @@ def test_the_dispatcher_and_workers_continue_from_it(copy: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+
+
+def test_timing_policies_on_a_v1_journal(copy: Path) -> None:
+    """SPEC §9 for P1–P3: schedules written before the policies existed read without them,
+    a create with their first content still stores nothing (A1: the digest is unchanged), and
+    a change adds the policies to an old schedule, its pending run keeping no deadline (A5)."""
+    clock = Clock(BASE + timedelta(minutes=66))
+    durable, _ = build(f"sqlite:///{copy}", clock)
+    try:
+        views = durable.schedules.list(include_deleted=True)
+        assert {(v.start_deadline, v.jitter, v.catch_up_window) for v in views} == {
+            (None, None, None)
+        }
+        head = durable.journal.head()
+        durable.schedules.create(
+            "every-10m", "upgrade.plain", {"a": 1}, Every(timedelta(minutes=10)), CatchUp.ALL
+        )
+        assert durable.journal.head() == head
+        durable.schedules.change(
+            "pending-5m",
+            "upgrade.plain",
+            None,
+            Every(timedelta(minutes=5)),
+            start_deadline=timedelta(minutes=1),
+            jitter=30,
+        )
+        view = durable.schedules.state("pending-5m")
+        assert view is not None
+        assert (view.start_deadline, view.jitter) == (timedelta(minutes=1), timedelta(seconds=30))
+        clock.advance(minutes=10)
+        dispatcher = durable.dispatcher()
+        dispatcher.tick()
+        dispatcher.close()
+        runs = durable.schedules.runs("pending-5m")
+        # The run decided by the old version, long before, has no deadline: it is sent (A5).
+        assert Counter(r.state for r in runs)["missed"] == 0
+        assert runs[-1].state == "started"
+    finally:
+        durable.close()

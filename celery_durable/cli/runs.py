@@ -26,10 +26,19 @@ from celery_durable.cli.common import (
     utc_text,
 )
 from celery_durable.cli.detail import durable_json
-from celery_durable.cli.views import combined_state, run_json
+from celery_durable.cli.views import NOT_STARTED, combined_state, run_json
 
 SCHEDULE_STATES = ("decided", "started", "skipped", "failed_to_start")
-RUN_STATUSES = ("queued", "running", "suspended", "finished", "faulted", "cancelled", "parked")
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "suspended",
+    "finished",
+    "faulted",
+    "cancelled",
+    "parked",
+    "missed",
+)
 STATES = SCHEDULE_STATES + RUN_STATUSES
 
 _SHORT = 60
@@ -136,19 +145,18 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
         echo("No runs.")
         return
     table_rows = []
+    # Why a run did not start (a missed start deadline, an overlap skip, a failure to start).
+    reasons = any(data["schedule_state"] in NOT_STARTED for _, data, _ in items)
     for _, data, view in items:
         zone = zones.get(data["schedule_id"]) if data["schedule_id"] else None
         due = view.due if view is not None else None
-        table_rows.append(
-            (
-                data["run_id"],
-                data["state"],
-                utc_text(due),
-                local_text(due, zone),
-                data["task"] or "-",
-            )
-        )
-    echo(table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), table_rows))
+        row = [data["run_id"], data["state"], utc_text(due), local_text(due, zone)]
+        row.append(data["task"] or "-")
+        if reasons:
+            row.append(data["error"] if data["schedule_state"] in NOT_STARTED else "")
+        table_rows.append(row)
+    headers = ("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK")
+    echo(table((*headers, "REASON") if reasons else headers, table_rows))
 
 
 # -- one run in detail ---------------------------------------------------------------------------

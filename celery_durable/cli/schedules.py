@@ -165,6 +165,9 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
                 ("Status", status_of(view)),
                 ("Catch-up", view.catch_up.value),
                 ("Overlap", view.overlap.value),
+                ("Start deadline", _span(view.start_deadline)),
+                ("Jitter", _span(view.jitter)),
+                ("Catch-up window", _span(view.catch_up_window)),
                 ("Input", _json_text(view.input)),
                 ("Options", options),
                 ("Created", f"{utc_text(view.created_at)}  ({local_text(view.created_at, zone)})"),
@@ -182,6 +185,11 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
     if recent:
         echo("\nRecent runs")
         echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
+
+
+def _span(value: Any) -> str | None:
+    """A policy's duration as seconds (``None``, so not shown, when the policy is off)."""
+    return None if value is None else f"{value.total_seconds():g}s"
 
 
 def _json_text(value: Any) -> str:
@@ -210,6 +218,12 @@ def _content_options(fun: F) -> F:
         option("--overlap",
                type=click.Choice(["allow", "skip", "buffer_one"], case_sensitive=False),
                help="A due time while the previous run goes on [default: allow]."),
+        option("--start-deadline", metavar="DURATION",
+               help="A run not started this long after its due time never starts (P1)."),
+        option("--jitter", metavar="DURATION",
+               help="Send each run up to this long after its due time, spread by run ID (P2)."),
+        option("--catch-up-window", metavar="DURATION",
+               help="After downtime, only due times this recent run (latest/all) (P3)."),
         option("--input", "input_json", metavar="JSON", help="Input handed to a durable task."),
         option("--queue", metavar="NAME", help="Celery queue of each run's message."),
         option("--priority", type=click.IntRange(0, 255), metavar="0-255", help="Celery priority."),
@@ -245,6 +259,28 @@ def _bounds(values: dict[str, Any], *, keep: bool) -> tuple[Any, Any]:
         if max_runs < 1:
             raise invalid("--max-runs must be at least 1")
     return end_at, max_runs
+
+
+POLICY_FLAGS = {
+    "start_deadline": "--start-deadline",
+    "jitter": "--jitter",
+    "catch_up_window": "--catch-up-window",
+}
+
+
+def _policies(values: dict[str, Any], view: Any = None) -> dict[str, Any]:
+    """``--start-deadline``, ``--jitter``, ``--catch-up-window``; on change, absent keeps the
+    current value and ``none`` removes it."""
+    found: dict[str, Any] = {}
+    for name, flag in POLICY_FLAGS.items():
+        text = values.get(name)
+        if text is None:
+            found[name] = None if view is None else getattr(view, name)
+        elif view is not None and text.strip().lower() == "none":
+            found[name] = None
+        else:
+            found[name] = parse.duration(text, flag)
+    return found
 
 
 def _options(values: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
@@ -292,6 +328,7 @@ def create(schedule_id: str, task: str, **values: Any) -> None:
         rule,
         values.get("catch_up") or "latest",
         overlap=values.get("overlap") or "allow",
+        **_policies(values),
         **_options(values, {}),
     )
     _print_changed("create", schedule_id, before is None, api.state(schedule_id))
@@ -306,7 +343,8 @@ def change(schedule_id: str, task: str | None, **values: Any) -> None:
     """Change SCHEDULE_ID; settings not given keep their current value (the zone too).
 
     Due times at or before the change never run; an --every interval counts from the change.
-    Give 'none' to --end-at or --max-runs to remove the bound.
+    Give 'none' to --end-at or --max-runs to remove the bound, and to --start-deadline,
+    --jitter or --catch-up-window to turn the policy off.
     """
     current = session()
     view = require(schedule_id)
@@ -336,6 +374,7 @@ def change(schedule_id: str, task: str | None, **values: Any) -> None:
         rule,
         values.get("catch_up") or view.catch_up,
         overlap=values.get("overlap") or view.overlap,
+        **_policies(values, view),
         **_options(values, dict(view.options)),
     )
     after = current.durable.schedules.state(schedule_id)

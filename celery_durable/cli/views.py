@@ -16,6 +16,9 @@ from celery_durable.cli.common import (
     utc_text,
 )
 
+NOT_STARTED = ("skipped", "failed_to_start", "missed")
+"""Schedule states of runs that never started: shown with their reason."""
+
 
 def status_of(view: Any) -> str:
     if view.deleted:
@@ -37,6 +40,7 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "zone": zone,
         "catch_up": view.catch_up.value,
         "overlap": view.overlap.value,
+        **policy_json(view),
         "options": dict(view.options),
         "status": status_of(view),
         "paused": view.paused,
@@ -50,6 +54,15 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "last_run": utc_json(view.last_due),
         "pending": view.pending,
         "version": view.version,
+    }
+
+
+def policy_json(view: Any) -> dict[str, float | None]:
+    """The timing policies (P1–P3) in seconds, ``None`` when off."""
+    return {
+        name: None if value is None else value.total_seconds()
+        for name in ("start_deadline", "jitter", "catch_up_window")
+        for value in [getattr(view, name)]
     }
 
 
@@ -67,7 +80,7 @@ def upcoming(view: Any, count: int) -> list[datetime]:
 
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
     """One word for a run: the schedule's word until a durable run's row says more."""
-    if view is not None and view.state in ("skipped", "failed_to_start"):
+    if view is not None and view.state in NOT_STARTED:
         return str(view.state)
     if row is not None:
         return str(row["status"])
@@ -102,8 +115,14 @@ def run_rows(
     views: list[Any], states: Mapping[str, str], zones: Mapping[str, str], *, with_schedule: bool
 ) -> str:
     rows = []
+    # Why a run did not start (a missed start deadline, an overlap skip, a failure to start).
+    reasons = any(v.state in NOT_STARTED for v in views)
     for view in views:
         zone = zones.get(view.schedule_id)
         row = [view.run_id, states[view.run_id], utc_text(view.due), local_text(view.due, zone)]
-        rows.append([*row, view.task or "-"])
-    return table(("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK"), rows)
+        row.append(view.task or "-")
+        if reasons:
+            row.append(view.error if view.state in NOT_STARTED else "")
+        rows.append(row)
+    headers = ("RUN ID", "STATE", "DUE (UTC)", "DUE (LOCAL)", "TASK")
+    return table((*headers, "REASON") if reasons else headers, rows)

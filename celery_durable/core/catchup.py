@@ -96,19 +96,36 @@ def select(
     now: datetime,
     anchor: datetime | None,
     policy: CatchUp,
+    window: timedelta | None = None,
 ) -> Selection:
-    """The due times in ``(after, now]`` that ``policy`` runs, oldest first (C1–C3)."""
-    if policy is CatchUp.LATEST:
-        return recent_due_times(rule, after, now, anchor, 1)
-    if policy is CatchUp.ALL:
-        return recent_due_times(rule, after, now, anchor, ALL_LIMIT)
-    # Due times before `boundary` are missed; one exactly ON_TIME late is still on time.
-    boundary = now - ON_TIME - timedelta(microseconds=1)
+    """The due times in ``(after, now]`` that ``policy`` runs, oldest first (C1–C3, P3).
+
+    ``window`` (``LATEST`` and ``ALL`` only): due times older than ``now - window`` are
+    dropped before the policy chooses among the rest; one exactly ``window`` old is kept.
+    """
+    if policy is CatchUp.NONE:
+        # Due times before the boundary are missed; one exactly ON_TIME late is still on time.
+        return _within(rule, after, now, anchor, now - ON_TIME, ALL_LIMIT)
+    keep = 1 if policy is CatchUp.LATEST else ALL_LIMIT
+    if window is None:
+        return recent_due_times(rule, after, now, anchor, keep)
+    return _within(rule, after, now, anchor, now - window, keep)
+
+
+def _within(
+    rule: Rule, after: datetime, now: datetime, anchor: datetime | None, oldest: datetime, keep: int
+) -> Selection:
+    """The ``keep`` most recent due times in ``[oldest, now]`` after ``after``; the older
+    ones are dropped (counted when few enough to count)."""
+    boundary = oldest - timedelta(microseconds=1)
     if boundary <= after:
-        return Selection(recent_due_times(rule, after, now, anchor, ALL_LIMIT).run)
-    on_time = recent_due_times(rule, boundary, now, anchor, ALL_LIMIT).run
+        return recent_due_times(rule, after, now, anchor, keep)
+    kept = recent_due_times(rule, boundary, now, anchor, keep)
     first = rule.next_after(after, anchor=anchor)
     if first is None or first > boundary:
-        return Selection(on_time)
+        return kept
     missed = recent_due_times(rule, after, boundary, anchor, 0)
-    return Selection(on_time, missed.dropped, boundary)
+    if kept.dropped == 0:
+        return Selection(kept.run, missed.dropped, boundary)
+    both = None if missed.dropped is None or kept.dropped is None else missed.dropped + kept.dropped
+    return Selection(kept.run, both, kept.dropped_through)

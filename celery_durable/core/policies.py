@@ -1,9 +1,13 @@
-"""Closed sets of choices a schedule carries: catch-up (C1–C3) and overlap (D7)."""
+"""The choices a schedule carries: catch-up (C1–C3), overlap (D7) and timing (P1–P3). Pure."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from celery_durable.errors import InvalidSchedule
 
@@ -53,3 +57,100 @@ def _parse(cls: type[E], value: object, what: str) -> E:
                 return member
     names = ", ".join(m.name for m in cls)
     raise InvalidSchedule(f"{what} must be one of {names}, not {value!r}", field=what)
+
+
+# Scheduling policies (SPEC §5d: P1–P3) -----------------------------------------------------
+
+POLICY_FIELDS = ("start_deadline", "jitter", "catch_up_window")
+"""The timing policies a schedule may carry, as keyword arguments and option keys."""
+
+MAX_POLICY_SPAN = timedelta(days=366)
+"""The longest start deadline, jitter or catch-up window accepted (as ``Every``'s interval)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timing:
+    """A schedule's timing policies (P1–P3); ``None`` means the policy is off.
+
+    ``start_deadline``: a run not started by due + deadline never starts (P1).
+    ``jitter``: each run is sent at due + an offset in ``[0, jitter)`` derived from its run ID (P2).
+    ``catch_up_window``: ``LATEST``/``ALL`` only consider due times this recent (P3).
+    """
+
+    start_deadline: timedelta | None = None
+    jitter: timedelta | None = None
+    catch_up_window: timedelta | None = None
+
+    @classmethod
+    def parse(cls, catch_up: CatchUp, **values: object) -> Timing:
+        """Check the policies (timedelta or seconds); ``InvalidSchedule`` names a bad one."""
+        unknown = sorted(set(values) - set(POLICY_FIELDS))
+        if unknown:
+            raise InvalidSchedule(f"unknown timing policy {unknown[0]!r}", field=unknown[0])
+        spans = {name: _span(values.get(name), name) for name in POLICY_FIELDS}
+        timing = cls(**spans)
+        if timing.catch_up_window is not None and catch_up is CatchUp.NONE:
+            raise InvalidSchedule(
+                "catch_up_window applies to CatchUp.LATEST and CatchUp.ALL; CatchUp.NONE "
+                "already runs only due times reached at most 60 s late",
+                field="catch_up_window",
+            )
+        if (
+            timing.jitter is not None
+            and timing.start_deadline is not None
+            and timing.jitter >= timing.start_deadline
+        ):
+            raise InvalidSchedule(
+                f"jitter ({timing.jitter.total_seconds():g} s) must be shorter than "
+                f"start_deadline ({timing.start_deadline.total_seconds():g} s): a run sent "
+                "after its deadline could never start",
+                field="jitter",
+            )
+        return timing
+
+    def to_json(self) -> dict[str, float]:
+        """Seconds of each policy that is on (an empty dict when none is)."""
+        return {
+            name: value.total_seconds()
+            for name in POLICY_FIELDS
+            if (value := getattr(self, name)) is not None
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Timing:
+        """Read :meth:`to_json`'s form from a mapping that may hold other keys too."""
+        return cls(
+            **{
+                name: timedelta(seconds=data[name])
+                for name in POLICY_FIELDS
+                if data.get(name) is not None
+            }
+        )
+
+
+def _span(value: object, name: str) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
+        raise InvalidSchedule(
+            f"{name} must be a timedelta or a number of seconds, not {type(value).__name__}",
+            field=name,
+        )
+    span = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if not timedelta(0) < span <= MAX_POLICY_SPAN:
+        raise InvalidSchedule(
+            f"{name} must be more than 0 s and at most 366 days, not {value!r}", field=name
+        )
+    return span
+
+
+def jitter_offset(run_id: str, jitter: timedelta) -> timedelta:
+    """The offset of a run's send time: uniform in ``[0, jitter)``, a function of the run ID (P2).
+
+    A hash, not a random draw: every beat, every restart and every re-send computes the same
+    offset, and the run ID (with its nominal due time) stays what it is. Microsecond steps.
+    """
+    digest = hashlib.blake2b(run_id.encode(), digest_size=8).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64  # in [0, 1)
+    steps = int(jitter / timedelta(microseconds=1))
+    return timedelta(microseconds=min(int(fraction * steps), steps - 1))

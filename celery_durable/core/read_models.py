@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core.policies import CatchUp, Overlap
@@ -34,6 +34,12 @@ class ScheduleView:
     version: int
     last_due: datetime | None = None
     """The due time of the newest decided run (a trigger's is its moment), ``None`` before one."""
+    start_deadline: timedelta | None = None
+    """P1: a run not started by due + this never starts (``None``: no deadline)."""
+    jitter: timedelta | None = None
+    """P2: each run is sent up to this long after its due time (``None``: at due)."""
+    catch_up_window: timedelta | None = None
+    """P3: due times older than this are dropped after downtime (``None``: no window)."""
 
     @property
     def complete(self) -> bool:
@@ -54,13 +60,15 @@ class RunView:
     schedule_id: str
     due: datetime
     state: str
-    """``decided``, ``started``, ``skipped`` or ``failed_to_start``."""
+    """``decided``, ``started``, ``skipped``, ``failed_to_start`` or ``missed`` (P1: its start
+    deadline passed; ``error`` gives the reason)."""
     task: str | None = None
     input: Any = None
     reason: str = "rule"
     decided_at: datetime | None = None
     started_at: datetime | None = None
     error: str | None = None
+    missed_at: datetime | None = None
     outcome: str | None = None
     """For durable tasks: ``running``, ``finished``, ``faulted``, ``cancelled``, ``parked``."""
     extra: Mapping[str, Any] = field(default_factory=dict)

@@ -11,7 +11,7 @@ exceed the cursor, so a due time after it has never been decided and never will 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,13 +25,14 @@ from celery_durable.core.codec import (
     time_to_json,
 )
 from celery_durable.core.ids import run_id
-from celery_durable.core.policies import Overlap
+from celery_durable.core.policies import Overlap, jitter_offset
 from celery_durable.core.rules import Once, deciding_at
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
     RunEnded,
     RunFailedToStart,
+    RunMissed,
     RunSkipped,
     RunsMissed,
     RunStarted,
@@ -63,6 +64,13 @@ class PendingRun:
     reason: str = "rule"
     held: bool = False
     track_end: bool = False
+    send_at: datetime | None = None
+    deadline: datetime | None = None
+
+    @property
+    def send_time(self) -> datetime:
+        """When the message may go: the jittered moment (P2), else the due time."""
+        return self.due if self.send_at is None else self.send_at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +109,21 @@ class ScheduleState:
         ):
             return tuple(p for p in self.pending if not p.held)
         return self.pending
+
+    def attention(self, waiting: Container[str] = ()) -> datetime | None:
+        """When the dispatcher must next look: the earliest send time of a sendable run (its
+        due time, or its jittered moment: P2), a held run's start deadline (P1), else the
+        rule's next due time. Runs whose IDs are in ``waiting`` (a broker retry) are left out.
+        """
+        sendable = [p for p in self.sendable() if p.run_id not in waiting]
+        if sendable and all(p.send_at is None for p in sendable):
+            return min(p.due for p in sendable)  # due already: before any later due time
+        times = [p.send_time for p in sendable]
+        times += [p.deadline for p in self.pending if p.held and p.deadline is not None]
+        following = self.next_due()
+        if following is not None:
+            times.append(following)
+        return min(times, default=None)
 
     @property
     def active(self) -> bool:
@@ -164,6 +187,7 @@ class ScheduleState:
                     "reason": p.reason,
                     "held": p.held,
                     "track_end": p.track_end,
+                    **_optional_times(send_at=p.send_at, deadline=p.deadline),
                 }
                 for p in self.pending
             ],
@@ -199,11 +223,18 @@ class ScheduleState:
                     reason=p.get("reason", "rule"),
                     held=p.get("held", False),
                     track_end=p.get("track_end", False),
+                    send_at=optional_time_from_json(p.get("send_at")),
+                    deadline=optional_time_from_json(p.get("deadline")),
                 )
                 for p in data["pending"]
             ),
             running=tuple(time_from_json(t) for t in data.get("running", ())),
         )
+
+
+def _optional_times(**moments: datetime | None) -> dict[str, str]:
+    """The JSON of the moments that are set (fields added to format 1 later stay optional)."""
+    return {name: time_to_json(m) for name, m in moments.items() if m is not None}
 
 
 # Commands -------------------------------------------------------------------------------
@@ -272,6 +303,20 @@ class MarkFailedToStart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MarkMissed:
+    """A run's start deadline passed before it started (P1).
+
+    ``sent``: a worker saw the message (it expired in the queue, or a durable run was
+    delivered late): recorded even though the aggregate no longer tracks a sent run.
+    """
+
+    due: datetime
+    reason: str
+    now: datetime
+    sent: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MarkEnded:
     due: datetime
     outcome: str
@@ -288,6 +333,7 @@ Command = (
     | DecideRun
     | MarkStarted
     | MarkFailedToStart
+    | MarkMissed
     | MarkEnded
 )
 
@@ -356,6 +402,10 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         if _pending(state, command.due) is None:
             return []
         return [RunFailedToStart(at=command.now, due=command.due, error=command.error)]
+    if isinstance(command, MarkMissed):
+        if not command.sent and _pending(state, command.due) is None:
+            return []
+        return [RunMissed(at=command.now, due=command.due, reason=command.reason)]
     if isinstance(command, MarkEnded):
         if command.due not in state.running:
             return []
@@ -388,20 +438,48 @@ def _decided(
     *,
     held: bool = False,
 ) -> RunDecided:
+    rid = run_id(state.schedule_id, due)
+    timing = content.timing
+    # Backfills and triggers are explicit requests for a past or present due time: the timing
+    # policies, which guard the rule's own due times, do not apply to them.
+    policed = reason == "rule"
+    jitter, deadline = (timing.jitter, timing.start_deadline) if policed else (None, None)
     return RunDecided(
         at=now,
         due=due,
-        run_id=run_id(state.schedule_id, due),
+        run_id=rid,
         task=content.task,
         input=content.input,
         options=content.options,
         reason=reason,
         held=held,
         track_end=content.overlap is not Overlap.ALLOW,
+        send_at=None if jitter is None else due + jitter_offset(rid, jitter),
+        deadline=None if deadline is None else due + deadline,
     )
 
 
+MISSED_UNSENT = "start deadline passed before the run could be sent"
+"""Reason of a ``RunMissed`` the dispatcher records (P1)."""
+
+
+def _missed_deadlines(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
+    """P1: decided runs still unsent at their start deadline are missed, never sent."""
+    return [
+        RunMissed(at=now, due=p.due, reason=MISSED_UNSENT)
+        for p in state.pending
+        if p.deadline is not None and p.deadline <= now
+    ]
+
+
 def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
+    missed = _missed_deadlines(state, now)
+    if missed:
+        state = fold_all(state, missed)
+    return [*missed, *_decide_new(state, now)]
+
+
+def _decide_new(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     if not state.active:
         return []
     content = state.content
@@ -418,7 +496,12 @@ def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
         return []
     with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
         selection = catchup.select(
-            rule, after=state.cursor, now=now, anchor=state.anchor, policy=content.catch_up
+            rule,
+            after=state.cursor,
+            now=now,
+            anchor=state.anchor,
+            policy=content.catch_up,
+            window=content.timing.catch_up_window,
         )
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
@@ -504,6 +587,8 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             reason=event.reason,
             held=event.held,
             track_end=event.track_end,
+            send_at=event.send_at,
+            deadline=event.deadline,
         )
         counts = event.reason == "rule"
         return dict(
@@ -521,6 +606,11 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
         return dict(pending=tuple(p for p in state.pending if p.due != event.due), running=running)
     if isinstance(event, RunFailedToStart):
         return dict(pending=tuple(p for p in state.pending if p.due != event.due))
+    if isinstance(event, RunMissed):
+        return dict(
+            pending=tuple(p for p in state.pending if p.due != event.due),
+            running=tuple(t for t in state.running if t != event.due),
+        )
     if isinstance(event, RunEnded):
         return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):

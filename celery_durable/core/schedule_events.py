@@ -15,7 +15,7 @@ from typing import Any, ClassVar, cast
 
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.journal import NewEvent, StoredEvent
-from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.policies import CatchUp, Overlap, Timing
 from celery_durable.core.rules import Rule, rule_from_json
 from celery_durable.errors import JournalError
 
@@ -26,6 +26,8 @@ FORMAT = 1
 class Content:
     """What a schedule starts: task, input, rule, policies and Celery options.
 
+    The timing policies (P1–P3) appear in the JSON form only when set, so the content (and
+    the A1 digest) of a schedule without them reads and compares as before they existed.
     Not slotted: its JSON form is computed once and cached (the dispatcher writes it with
     every index row).
     """
@@ -36,6 +38,7 @@ class Content:
     catch_up: CatchUp = CatchUp.LATEST
     overlap: Overlap = Overlap.ALLOW
     options: Mapping[str, Any] = field(default_factory=dict)
+    timing: Timing = field(default_factory=Timing)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (shared: do not modify the returned dict)."""
@@ -50,6 +53,7 @@ class Content:
             "catch_up": self.catch_up.value,
             "overlap": self.overlap.value,
             "options": dict(self.options),
+            **self.timing.to_json(),
         }
 
     @classmethod
@@ -61,6 +65,7 @@ class Content:
             catch_up=CatchUp(data["catch_up"]),
             overlap=Overlap(data.get("overlap", Overlap.ALLOW.value)),
             options=dict(data.get("options") or {}),
+            timing=Timing.from_json(data),
         )
 
 
@@ -114,6 +119,10 @@ class RunDecided:
     """``Overlap.BUFFER_ONE``: wait until the running run has ended before enqueueing."""
     track_end: bool = False
     """The overlap policy needs to hear when this run ends (``Overlap`` other than ALLOW)."""
+    send_at: datetime | None = None
+    """Jitter (P2): not sent before this moment (due + the run ID's offset); ``None``: at due."""
+    deadline: datetime | None = None
+    """Start deadline (P1): a run not started by then never starts; ``None``: no deadline."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +155,21 @@ class RunFailedToStart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunMissed:
+    """One decided run that will never start: its start deadline passed (P1).
+
+    Recorded by the dispatcher for a run still unsent at its deadline, and by a worker that
+    received the run's message after it (the message expired, or a durable run that had not
+    started). Not to be confused with ``RunsMissed``, due times the catch-up policy dropped.
+    """
+
+    TYPE: ClassVar[str] = "RunMissed"
+    at: datetime
+    due: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunsMissed:
     """Due times up to ``through`` were dropped by the catch-up policy (C1–C3)."""
 
@@ -175,13 +199,14 @@ ScheduleEvent = (
     | RunStarted
     | RunSkipped
     | RunFailedToStart
+    | RunMissed
     | RunsMissed
     | RunEnded
 )
 
-_TIME_FIELDS = frozenset({"at", "due", "through"})
-_OMITTED_WHEN_NONE = frozenset({"reason"})
-"""Optional fields added later: left out when unset, so older events keep their exact form."""
+_TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason"})
+"""Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 
 def to_data(event: ScheduleEvent) -> dict[str, Any]:
@@ -189,7 +214,7 @@ def to_data(event: ScheduleEvent) -> dict[str, Any]:
     data: dict[str, Any] = {"v": FORMAT}
     for name, convert in _encoders(cast(type, type(event))):
         value = getattr(event, name)
-        if value is None and name in _OMITTED_WHEN_NONE:
+        if value is None and name in _OPTIONAL_FIELDS:
             continue
         data[name] = value if convert is None else convert(value)
     return data
@@ -245,7 +270,7 @@ def from_data(type_name: str, data: Mapping[str, Any]) -> ScheduleEvent:
             if name not in data:
                 continue
             value = data[name]
-            if name in _TIME_FIELDS:
+            if name in _TIME_FIELDS and value is not None:
                 value = time_from_json(value)
             elif name == "content":
                 value = Content.from_json(value)
@@ -272,6 +297,7 @@ _TYPES: dict[str, type] = {
         RunStarted,
         RunSkipped,
         RunFailedToStart,
+        RunMissed,
         RunsMissed,
         RunEnded,
     )

@@ -200,7 +200,7 @@ class Dispatcher:
             (sid, p)
             for sid in sids
             for p in self.cache.states[sid].sendable()
-            if retry_at.get(p.run_id, now) <= now
+            if retry_at.get(p.run_id, now) <= now and p.send_time <= now  # P2: jittered
         ]
         starts: dict[str, list[Command]] = {}
         durable_runs: list[Resend] = []
@@ -226,8 +226,8 @@ class Dispatcher:
         retry_at = self.publisher.retry_at
         sendable = state.sendable()
         waits = [retry_at[p.run_id] for p in sendable if p.run_id in retry_at]
-        unsent = [p.due for p in sendable if p.run_id not in retry_at]
-        if unsent:
+        unsent = [p.send_time for p in sendable if p.run_id not in retry_at]
+        if unsent and min(unsent) <= now:
             return min(unsent)
         if (
             state.content is not None
@@ -238,7 +238,7 @@ class Dispatcher:
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)
             return min(nxt, later) if nxt is not None and nxt > now else later
-        following = state.next_due()
+        following = state.attention(retry_at)  # jittered sends (P2), held deadlines (P1)
         candidates = [*waits, *([following] if following is not None else [])]
         return min(candidates) if candidates else None
 

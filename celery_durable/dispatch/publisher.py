@@ -68,7 +68,7 @@ class Publisher:
                 with context:
                     for sid, pending in runs:
                         try:
-                            record = self.publish(sid, pending, producer)
+                            record = self.publish(sid, pending, producer, now)
                         except TaskMissing as exc:
                             self.log_missing(sid, pending.task, pending.due, now, exc)
                             self.retry_at[pending.run_id] = now + self.retry_delay
@@ -110,13 +110,16 @@ class Publisher:
                 )
             yield sid, pending, error
 
-    def publish(self, sid: str, pending: PendingRun, producer: Any) -> Resend | None:
-        """Send one run's message; a durable run's message comes back to be recorded."""
+    def publish(
+        self, sid: str, pending: PendingRun, producer: Any, now: datetime | None = None
+    ) -> Resend | None:
+        """Send one run's message at ``now``; a durable run's message comes back to be
+        recorded."""
         task = self.app.tasks.get(pending.task)
         if task is None and BEAT_ENTRY not in pending.options:
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
-        message = run_message(sid, pending, durable=durable)
+        message = run_message(sid, pending, durable=durable, now=now)
         # B4: a beat_schedule task known only to the workers goes by name, as stock beat's.
         send = task.apply_async if task is not None else partial(self.app.send_task, pending.task)
         send(

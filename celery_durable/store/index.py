@@ -44,11 +44,8 @@ class UnreadableEntry(JournalError):
 
 
 def attention_of(state: ScheduleState) -> datetime | None:
-    """When the dispatcher must next look at a schedule: oldest unsent run, else next due."""
-    sendable = state.sendable()
-    if sendable:
-        return min(p.due for p in sendable)
-    return state.next_due()
+    """When the dispatcher must next look at a schedule (:meth:`ScheduleState.attention`)."""
+    return state.attention()
 
 
 def stream_schedule_id(stream: str) -> str:

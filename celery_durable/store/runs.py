@@ -38,7 +38,9 @@ FINISHED = "finished"
 FAULTED = "faulted"
 CANCELLED = "cancelled"
 PARKED = "parked"
-STATUSES = (QUEUED, RUNNING, SUSPENDED, FINISHED, FAULTED, CANCELLED, PARKED)
+MISSED = "missed"
+"""Never started: its start deadline passed before a worker began it (P1)."""
+STATUSES = (QUEUED, RUNNING, SUSPENDED, FINISHED, FAULTED, CANCELLED, PARKED, MISSED)
 """The values of the ``status`` column (a persistent contract)."""
 
 ACTIVE = (QUEUED, RUNNING)
@@ -143,6 +145,35 @@ class RunStore:
                 .where(runs_table.c.run_id.in_(ids), runs_table.c.status == SUSPENDED)
                 .values(wake_at=later, updated_at=now)
             )
+
+    def mark_missed(self, run_id: str, task: str, now: datetime) -> bool:
+        """A durable run that never started passed its start deadline (P1): end its row so
+        that the stale-run check (D8) does not send it again.
+
+        Returns ``True`` when this call ended the run: its row was queued, or there was none
+        yet (the dispatcher records a sent run just after sending; its insert then leaves
+        this row alone). ``False`` when the run had started or was ended already.
+        """
+        values = {"status": MISSED, "owner": None, "lease_until": None, "wake_at": None}
+        self.journal.ensure_ready()
+        with self.journal.transaction() as conn:
+            result = conn.execute(
+                update(runs_table)
+                .where(runs_table.c.run_id == run_id, runs_table.c.status == QUEUED)
+                .values(**values, updated_at=now)
+            )
+            if result.rowcount:
+                return True
+            row = {
+                **values,
+                "run_id": run_id,
+                "task": task,
+                "updated_at": now,
+                "message": dumps(message_json((), {})),
+            }
+            statement: Any = _insert_for(conn)(runs_table).values(**row)
+            inserted = conn.execute(statement.on_conflict_do_nothing(index_elements=["run_id"]))
+            return bool(inserted.rowcount)
 
     @staticmethod
     def record_sent_in(

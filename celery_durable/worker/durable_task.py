@@ -55,6 +55,7 @@ from celery_durable.worker.context import (
     claim_row,
     journal_errors,
 )
+from celery_durable.worker.run_ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -352,6 +353,10 @@ def _claimed(
         short_sleep=short_sleep_limit(task.app),
         eager=eager,
     )
+    if not state.started and past_deadline(task.request, runtime.now()):
+        # P1: a run that has not started by its start deadline never starts.
+        record_missed(runtime, task, task.request, MISSED_LATE_DELIVERY)
+        return None
 
     def claim() -> tuple[bool, Ended | None]:
         """``(True, what to return)`` when this delivery is done, ``(False, None)`` once claimed."""

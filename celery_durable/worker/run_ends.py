@@ -1,22 +1,29 @@
-"""Worker side of the overlap policies: tell the schedule when a tracked run ends (D7).
+"""Worker side of the schedule policies: tracked ends (D7) and missed start deadlines (P1).
 
 The dispatcher marks a run's message with the header ``durable_track_end`` when the
 schedule's overlap policy is not ``ALLOW``. After such a task has run, a ``task_postrun``
 handler appends ``RunEnded`` to the schedule's stream. A retry is not an end; a durable task
 ends when its journal says so (a sleep or a retry gives the worker back without ending).
+
+A run with a start deadline carries Celery's ``expires`` header set to it. A worker that
+receives the message later discards it without running it (Celery's own expiry) and a
+``task_revoked`` handler records ``RunMissed`` with the reason, so every due time is accounted
+for. (The expiry is a header, not a RabbitMQ per-message TTL: a broker dropping the message
+silently would leave the run unaccounted for.)
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from celery import signals
 
 from celery_durable.control import run_ended
 from celery_durable.core.ids import parse_due
-from celery_durable.core.schedule_aggregate import MarkEnded
-from celery_durable.message import DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
+from celery_durable.core.schedule_aggregate import MarkEnded, MarkMissed
+from celery_durable.message import DEADLINE_HEADER, DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import ScheduleStore
 
@@ -28,6 +35,66 @@ _TERMINAL = {"SUCCESS": "finished", "FAILURE": "faulted", "REVOKED": "cancelled"
 def install() -> None:
     """Connect the handler once per process (idempotent)."""
     signals.task_postrun.connect(_on_postrun, weak=False, dispatch_uid="celery_durable.ends")
+    signals.task_revoked.connect(
+        _on_revoked, weak=False, dispatch_uid="celery_durable.ends.revoked"
+    )
+
+
+MISSED_IN_QUEUE = "start deadline passed while the message waited for a worker"
+"""Reason recorded for a plain run whose message expired before a worker took it (P1)."""
+
+MISSED_LATE_DELIVERY = "start deadline passed before a worker began the durable run"
+"""Reason recorded for a durable run delivered after its deadline without having started."""
+
+
+def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
+    if not expired or request is None or sender is None:
+        return
+    if not header(request, DEADLINE_HEADER):
+        return  # a user's own ``expires``: not a start deadline
+    record_missed(Runtime.for_app(sender.app), sender, request, MISSED_IN_QUEUE)
+
+
+def header(request: Any, name: str) -> Any:
+    """A message header of a task request: an attribute in a worker (protocol 2 merges the
+    headers into the request), in ``request.headers`` for ``apply()``."""
+    value = getattr(request, name, None)
+    if value is None:
+        value = (getattr(request, "headers", None) or {}).get(name)
+    return value
+
+
+def past_deadline(request: Any, now: datetime) -> bool:
+    """Whether a delivery carries a start deadline (P1) that has passed."""
+    text = header(request, DEADLINE_HEADER)
+    return bool(text) and now >= parse_due(str(text))
+
+
+def record_missed(runtime: Runtime, task: Any, request: Any, reason: str) -> bool:
+    """Record that a sent run never started before its deadline (P1); never raises.
+
+    A durable run's row is ended first; when the run had started (or ended) already nothing is
+    recorded. Returns whether the miss was recorded.
+    """
+    schedule_id = header(request, SCHEDULE_HEADER)
+    due_text = header(request, DUE_HEADER)
+    run_id = str(getattr(request, "id", "") or "")
+    if not schedule_id or not due_text:
+        return False
+    try:
+        due = parse_due(due_text)
+        if getattr(task, "__durable__", False) and not runtime.runs.mark_missed(
+            run_id, task.name, runtime.now()
+        ):
+            return False
+        ScheduleStore(runtime).execute(
+            schedule_id,
+            lambda now: MarkMissed(due=due, reason=reason, now=now, sent=True),
+        )
+    except Exception:  # the worker goes on; the run simply stays "started" in the journal
+        log.exception("could not record the missed run %s of schedule %s", run_id, schedule_id)
+        return False
+    return True  # logged and signalled by the store (``signals.run_deadline_missed``)
 
 
 def _on_postrun(

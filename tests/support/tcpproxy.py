@@ -6,6 +6,7 @@ import contextlib
 import selectors
 import socket
 import threading
+from typing import Any
 
 
 class TcpProxy:
@@ -92,3 +93,22 @@ class TcpProxy:
         for s in list(pairs):
             with contextlib.suppress(OSError):
                 s.close()
+
+
+def app_behind_proxy(redis_url: str, name: str) -> tuple[Any, TcpProxy]:
+    """A Celery app with the task ``backup`` whose broker is ``redis_url`` seen through a
+    running :class:`TcpProxy` (cut it for a broker outage)."""
+    from urllib.parse import urlsplit
+
+    from celery import Celery
+
+    parts = urlsplit(redis_url)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    proxy.restore()
+    app = Celery(name, broker=f"redis://127.0.0.1:{proxy.port}{parts.path}", set_as_current=False)
+
+    @app.task(name="backup", shared=False)
+    def backup(folder: str) -> str:  # pragma: no cover - the tests read the queue
+        return folder
+
+    return app, proxy

@@ -32,7 +32,7 @@ from django.urls import path, reverse
 from django.utils import timezone as dj_timezone
 
 from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.forms import ScheduleForm, zone_names
+from celery_durable.contrib.django.forms import ScheduleForm, format_duration, zone_names
 from celery_durable.contrib.django.models import Schedule
 from celery_durable.core import limits
 from celery_durable.core.read_models import RunView, ScheduleView
@@ -96,6 +96,20 @@ class RunRow:
     @property
     def due_local(self) -> str:
         return local_text(self.run.due)
+
+
+TIMING_LABELS = ("Start deadline", "Jitter", "Catch-up window")
+
+
+def timing_parts(view: ScheduleView) -> tuple[str, ...]:
+    """The timing policies (P1–P3) as the admin writes them: ``5m``, ``—`` where off."""
+    spans = (view.start_deadline, view.jitter, view.catch_up_window)
+    return tuple("—" if s is None else format_duration(s) for s in spans)
+
+
+def timing_text(view: ScheduleView) -> str:
+    """The timing policies in one line: ``5m / — / 1h``."""
+    return " / ".join(timing_parts(view))
 
 
 def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
@@ -398,6 +412,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             next_utc=utc_text(view.next_due),
             next_local=local_text(view.next_due),
             anchor_utc=utc_text(view.anchor),
+            timing=timing_text(view),
             created_utc=utc_text(view.created_at),
             runs=shown_runs,
             not_enqueued=sum(1 for row in shown_runs if row.state == "decided"),

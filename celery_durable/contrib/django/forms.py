@@ -18,7 +18,7 @@ from django.conf import settings
 
 from celery_durable.core import limits
 from celery_durable.core.ids import check_schedule_id
-from celery_durable.core.policies import CatchUp, Overlap
+from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
 from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
 
@@ -129,6 +129,16 @@ def parse_json(text: str, what: str) -> Any:
         raise forms.ValidationError(str(exc)) from None
 
 
+def _span_field(label: str, help_text: str) -> forms.CharField:
+    """An optional duration field of a timing policy (P1–P3)."""
+    return forms.CharField(
+        label=label,
+        required=False,
+        help_text=f"Optional: {help_text}",
+        widget=forms.TextInput(attrs={"size": 10}),
+    )
+
+
 class ScheduleForm(forms.Form):
     """Create (``creating=True``) or change a schedule; :meth:`save` calls the library."""
 
@@ -204,6 +214,20 @@ class ScheduleForm(forms.Form):
         help_text="When a run is still going at the next due time: ALLOW starts another, "
         "SKIP records it as skipped, BUFFER_ONE lets one wait.",
     )
+    start_deadline = _span_field(
+        "Start deadline",
+        "a run not started this long after its due time never starts; it is recorded as "
+        "missed (30s, 5m, 1h).",
+    )
+    jitter = _span_field(
+        "Jitter",
+        "send each run up to this long after its due time, at an offset fixed by its run ID, "
+        "to spread load.",
+    )
+    catch_up_window = _span_field(
+        "Catch-up window",
+        "(LATEST and ALL) after downtime, due times older than this are dropped.",
+    )
     options = forms.CharField(
         label="Celery options (JSON)",
         required=False,
@@ -239,6 +263,10 @@ class ScheduleForm(forms.Form):
             "input": json.dumps(view.input, ensure_ascii=False),
             "catch_up": view.catch_up.value,
             "overlap": view.overlap.value,
+            **{
+                name: "" if getattr(view, name) is None else format_duration(getattr(view, name))
+                for name in POLICY_FIELDS
+            },
             "options": json.dumps(options, ensure_ascii=False) if options else "{}",
         }
         if isinstance(rule, (Daily, Weekly)):
@@ -264,6 +292,19 @@ class ScheduleForm(forms.Form):
 
     def clean_input(self) -> Any:
         return parse_json(self.cleaned_data.get("input") or "", "the input")
+
+    def _span(self, name: str) -> timedelta | None:
+        text = (self.cleaned_data.get(name) or "").strip()
+        return parse_duration(text) if text else None
+
+    def clean_start_deadline(self) -> timedelta | None:
+        return self._span("start_deadline")
+
+    def clean_jitter(self) -> timedelta | None:
+        return self._span("jitter")
+
+    def clean_catch_up_window(self) -> timedelta | None:
+        return self._span("catch_up_window")
 
     def clean_options(self) -> dict[str, Any]:
         value = parse_json(self.cleaned_data.get("options") or "", "the options")
@@ -321,6 +362,7 @@ class ScheduleForm(forms.Form):
         data = self.cleaned_data
         args = (data["id"], data["task"].strip(), data["input"], self.rule, data["catch_up"])
         options = dict(data["options"], overlap=data["overlap"])
+        options.update({name: data.get(name) for name in POLICY_FIELDS})
         command = durable.schedules.create if self.creating else durable.schedules.change
         try:
             command(*args, **options)
@@ -347,7 +389,7 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
-        if where in ("catch_up", "overlap", "task", "input", "options"):
+        if where in ("catch_up", "overlap", "task", "input", "options", *POLICY_FIELDS):
             return where
         message = str(exc)
         if where in self.cleaned_data.get("options", {}) or message.startswith(
