@@ -173,11 +173,15 @@ def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> 
     rule = rule_for(obj, name, app)
     options = dict(entry.get("options") or {})
     deadline = app.conf.get("beat_cron_starting_deadline")
-    if deadline is not None and isinstance(obj, crontab) and not isinstance(rule, BeatEntry):
-        # B7: stock beat skips a missed crontab run older than the deadline: a catch-up
-        # window (P3). CatchUp.NONE runs no missed run at all, so it needs no window.
-        if CatchUp.parse(options.get("catch_up", CatchUp.LATEST)) is not CatchUp.NONE:
-            options.setdefault("catch_up_window", timedelta(seconds=deadline))
+    # B7: stock beat skips a missed crontab run older than the deadline: a catch-up window
+    # (P3). CatchUp.NONE runs no missed run at all, so it needs no window.
+    if (
+        deadline is not None
+        and isinstance(obj, crontab)
+        and not isinstance(rule, BeatEntry)
+        and CatchUp.parse(options.get("catch_up", CatchUp.LATEST)) is not CatchUp.NONE
+    ):
+        options.setdefault("catch_up_window", timedelta(seconds=deadline))
     catch_up = CatchUp.parse(options.pop("catch_up", CatchUp.LATEST))
     overlap = options.pop("overlap", "allow")
     timing = {k: options.pop(k) for k in POLICY_FIELDS if k in options}
