@@ -258,7 +258,7 @@ def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
         ({"start_deadline": "soon"}, "start_deadline", "not a duration"),
         ({"start_deadline": "5s", "jitter": "5s"}, "jitter", "must be shorter than"),
         ({"catch_up": "none", "catch_up_window": "1h"}, "catch_up_window", "CatchUp.NONE"),
-        ({"catch_up_window": "400d"}, "catch_up_window", "at most 366 days"),
+        ({"catch_up_window": "400d"}, "catch_up_window", "longer than 366 days"),
     ],
 )
 def test_add_form_shows_validation_errors_on_their_field(
@@ -672,7 +672,8 @@ def test_the_form_creates_and_shows_the_policies(client: Any, durable: Durable) 
 
     out = io.StringIO()
     call_command("durable_schedules", "show", "nightly", stdout=out)
-    assert "Start deadline:   30s\nJitter:           —\n" in out.getvalue()
+    assert re.search(r"^Start deadline +30s$", out.getvalue(), re.M), out.getvalue()
+    assert not re.search(r"^Jitter ", out.getvalue(), re.M)  # off: not shown
     out = io.StringIO()
     call_command("durable_schedules", "show", "nightly", "--json", stdout=out)
     assert '"start_deadline": 30.0' in out.getvalue() and '"jitter": null' in out.getvalue()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from celery_durable.core.ids import parse_due, run_id
 from celery_durable.core.schedule_aggregate import PendingRun
 from celery_durable.message import (
+    BEAT_HEADER,
     DUE_HEADER,
     RUN_ID_HEADER,
     SCHEDULE_HEADER,
@@ -60,6 +61,7 @@ def test_plain_task_message_is_what_stock_beat_sends_plus_the_headers() -> None:
         SCHEDULE_HEADER: "inv",
         DUE_HEADER: "2026-11-02T12:00:05.0000000Z",
         RUN_ID_HEADER: "inv@2026-11-02T12:00:05.0000000Z",
+        BEAT_HEADER: True,
     }
     assert parse_due(message.headers[DUE_HEADER]) == DUE
     explicit = run_message("inv", pending(options={"args": [1], "kwargs": {"a": 2}}), durable=False)
