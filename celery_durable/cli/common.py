@@ -54,7 +54,11 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, code: int = FAILED) -> None:
         super().__init__(one_line(message))
-        self.exit_code = code
+        self.code = code
+
+    @property  # click declares exit_code a class variable; each CliError chooses its own
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code
 
 
 def invalid(message: str) -> CliError:

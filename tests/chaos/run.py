@@ -541,7 +541,8 @@ def journal_lost(fleet: Fleet) -> set[str]:
     """Runs whose delivery met a terminated journal connection while storing its progress: the
     step that had run is run again on the next delivery (at least once, S4's key refuses it)."""
     found: set[str] = set()
-    pattern = re.compile(r"run (\S+): journal unavailable")
+    # The worker logs the run ID as repr() (quoted, so a stored ID cannot forge a log line).
+    pattern = re.compile(r"run '([^'\s]+)': journal unavailable")
     for proc in fleet.procs:
         if proc.kind == "worker":
             found.update(pattern.findall(proc.log_path.read_text(errors="replace")))
