@@ -34,8 +34,15 @@ pytestmark = pytest.mark.timeout(150)
 
 LIST = "/admin/celery_durable/schedule/"
 # Inherited variables that would point the project elsewhere than the test's database.
-_FOREIGN = ("CELERY_DURABLE_URL", "CELERY_APP", "DJANGO_SETTINGS_MODULE", "DURABLE_SITE_DB")
-_FOREIGN += ("DURABLE_SITE_JOURNAL",)
+_FOREIGN = frozenset(
+    {
+        "CELERY_DURABLE_URL",
+        "CELERY_APP",
+        "DJANGO_SETTINGS_MODULE",
+        "DURABLE_SITE_DB",
+        "DURABLE_SITE_JOURNAL",
+    }
+)
 
 
 @pytest.fixture
@@ -45,18 +52,14 @@ def site_user(mysql_url: str) -> Iterator[tuple[str, str]]:
     database = make_url(mysql_url).database
     user, password = f"cdt_{uuid.uuid4().hex[:10]}", f"pw/{uuid.uuid4().hex[:12]}@:%!"
     hosts = ("%", "localhost")  # 'localhost' too: a server that resolves 127.0.0.1 to it
-    conn = services.mysql_connect(mysql_url)
     try:
-        with conn.cursor() as cursor:
-            for host in hosts:
-                cursor.execute("CREATE USER %s@%s IDENTIFIED BY %s", (user, host, password))
-                cursor.execute(f"GRANT ALL PRIVILEGES ON `{database}`.* TO %s@%s", (user, host))
+        for host in hosts:
+            sql(mysql_url, "CREATE USER %s@%s IDENTIFIED BY %s", user, host, password)
+            sql(mysql_url, f"GRANT ALL PRIVILEGES ON `{database}`.* TO %s@%s", user, host)
         yield user, password
     finally:
-        with conn.cursor() as cursor:
-            for host in hosts:
-                cursor.execute("DROP USER IF EXISTS %s@%s", (user, host))
-        conn.close()
+        for host in hosts:
+            sql(mysql_url, "DROP USER IF EXISTS %s@%s", user, host)
 
 
 class Site:
@@ -100,6 +103,17 @@ class Site:
         return list(json.loads(answers))
 
 
+def sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement as the server's administrator; its rows."""
+    conn = services.mysql_connect(url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(statement, params or None)
+            return list(cursor.fetchall())
+    finally:
+        conn.close()
+
+
 def schedules(listing: str) -> dict[str, str]:
     return {s["id"]: s["status"] for s in json.loads(listing)}
 
@@ -120,6 +134,9 @@ def test_a_django_project_on_mariadb_keeps_the_journal_in_its_default_database(
         query={"charset": "utf8mb4", "init_command": "SET sql_mode='STRICT_TRANS_TABLES'"},
     ).render_as_string(hide_password=False)
     site = Site(tmp_path, database_url, redis_url)
+    # A database whose default character set is latin1 (a server default still met): Django's
+    # tables take it, the journal's are utf8mb4 with a binary collation all the same.
+    sql(mysql_url, f"ALTER DATABASE `{server.database}` CHARACTER SET latin1")
 
     migrated = site.manage("migrate")
     assert "Applying celery_durable.0001_initial... OK" in migrated
@@ -168,14 +185,18 @@ def test_a_django_project_on_mariadb_keeps_the_journal_in_its_default_database(
     by_manage = site.manage("durable_schedules", "list", "--json")
     assert by_manage == site.celery("durable", "schedules", "list", "--json")
     assert schedules(by_manage) == {"from-admin": "active", "from-cli": "paused"}
-    conn = services.mysql_connect(mysql_url, server.database)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SHOW TABLES")
-            tables = {row[0] for row in cursor.fetchall()}
-    finally:
-        conn.close()
-    assert {"auth_user", "django_session", "celery_durable_events"} <= tables
+    tables = dict(
+        sql(
+            mysql_url,
+            "SELECT TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = %s",
+            server.database,
+        )
+    )
+    assert tables["auth_user"].startswith("latin1_") and "django_session" in tables
+    journal = {name: c for name, c in tables.items() if name.startswith("celery_durable_")}
+    assert "celery_durable_events" in journal
+    assert set(journal.values()) == {"utf8mb4_nopad_bin"}
 
     # Beat with the durable scheduler decides runs; a worker runs them.
     beat_cmd = python_command("-m", "celery", "-A", "durable_site", "beat", "-S", "durable")
