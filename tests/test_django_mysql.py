@@ -180,6 +180,7 @@ def test_a_django_project_on_mariadb_keeps_the_journal_in_its_default_database(
     assert paused["status"] == 302
     assert "Paused 1 schedule: from-cli" in after["text"]
     assert 'data-schedule="from-admin"' in after["text"]
+    assert f"mysql+pymysql://{user}:***@{server.host}" in after["text"]  # the admin's journal
 
     # manage.py and the Celery CLI read the same journal: the one in the default database.
     by_manage = site.manage("durable_schedules", "list", "--json")
