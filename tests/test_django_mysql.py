@@ -70,6 +70,7 @@ class Site:
         env = {k: v for k, v in child_env().items() if k not in _FOREIGN}
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_DIR), env["PYTHONPATH"]])
         env.update(DURABLE_SITE_DATABASE_URL=database_url, DURABLE_SITE_BROKER=broker_url)
+        env["PYTHONIOENCODING"] = "utf-8"  # outputs and logs hold the input's emoji
         self.env = env
         self.outputs: list[str] = []  # everything the commands printed, for the secret check
 
