@@ -419,7 +419,7 @@ def test_database_url_maps_a_mysql_entry_with_its_options() -> None:
         },
     }
     url = make_url(database_url(entry))
-    assert url.drivername == "mysql" and url.database == "shop"
+    assert url.drivername == "mysql+pymysql" and url.database == "shop"
     assert (url.username, url.password, url.host, url.port) == (
         "app",
         "p@ss word/ü",
@@ -482,7 +482,7 @@ def _databases_entry(backend: str, server_url: str) -> dict[str, Any]:
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 @pytest.mark.parametrize(
     ("backend", "prefix"),
-    [("postgres", "postgresql+psycopg://postgres@"), ("mysql", "mysql://root@")],
+    [("postgres", "postgresql+psycopg://postgres@"), ("mysql", "mysql+pymysql://root@")],
 )
 def test_journal_defaults_to_a_database_of_databases(
     django_site: None, backend: str, prefix: str, request: pytest.FixtureRequest

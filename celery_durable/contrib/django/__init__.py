@@ -83,7 +83,7 @@ def database_url(database: Mapping[str, Any]) -> str:
 
     ``sqlite3`` → ``sqlite:///NAME``; ``postgresql`` → ``postgresql+psycopg://USER:PASSWORD@
     HOST:PORT/NAME`` with libpq ``OPTIONS`` (``sslmode``, ``options``, …) as query parameters;
-    ``mysql`` → ``mysql://USER:PASSWORD@HOST:PORT/NAME?charset=utf8mb4`` (see
+    ``mysql`` → ``mysql+pymysql://USER:PASSWORD@HOST:PORT/NAME?charset=utf8mb4`` (see
     :func:`mysql_database_url`). Other engines raise ``ImproperlyConfigured``: set
     ``CELERY_DURABLE_URL`` instead.
     """
@@ -129,7 +129,9 @@ def database_url(database: Mapping[str, Any]) -> str:
 def mysql_database_url(database: Mapping[str, Any]) -> str:
     """The journal URL of a ``django.db.backends.mysql`` entry.
 
-    ``mysql://`` keeps mysqlclient, which Django's backend needs anyway (PyMySQL otherwise).
+    The driver is the one Django's backend imports as ``MySQLdb``: ``mysql+pymysql://`` when
+    that is PyMySQL (``pymysql.install_as_MySQLdb()``) or mysqlclient is not installed,
+    ``mysql+mysqldb://`` with mysqlclient (:func:`~celery_durable.store.journal.urls.mysql_driver`).
     ``OPTIONS``: ``init_command``, ``connect_timeout``, ``read_timeout``, ``write_timeout``,
     ``unix_socket`` are carried; ``ssl`` (``{"ca": …, "cert": …, "key": …}``) becomes
     ``ssl_ca``/``ssl_cert``/``ssl_key``; ``charset`` must be ``utf8mb4`` (the journal stores
@@ -138,6 +140,8 @@ def mysql_database_url(database: Mapping[str, Any]) -> str:
     the journal would silently drop could point it at another server or user.
     """
     from sqlalchemy.engine import URL
+
+    from celery_durable.store.journal.urls import mysql_driver
 
     options = dict(database.get("OPTIONS") or {})
     query: dict[str, str] = {"charset": "utf8mb4"}
@@ -173,7 +177,7 @@ def mysql_database_url(database: Mapping[str, Any]) -> str:
         query["unix_socket"], host = host, "localhost"
     port = database.get("PORT")
     url = URL.create(
-        "mysql",
+        f"mysql+{mysql_driver()}",
         username=str(database.get("USER") or "") or None,
         password=str(database.get("PASSWORD") or "") or None,
         host=host,

@@ -6,20 +6,30 @@ PyMySQL (``mysql+pymysql://``, ``mariadb+pymysql://``) or mysqlclient (``mysql+m
 usual spellings ``postgres://`` and ``postgresql://`` (Heroku, Django, libpq habits) are mapped to
 psycopg 3 rather than to SQLAlchemy's psycopg2 default, which this library does not install;
 ``mysql://`` and ``mariadb://`` keep SQLAlchemy's default driver (mysqlclient) when it is
-installed and fall back to PyMySQL (the ``celery-durable[mysql]`` extra) when it is not.
+installed and fall back to PyMySQL (the ``celery-durable[mysql]`` extra) when it is not, or
+when ``pymysql.install_as_MySQLdb()`` has put PyMySQL in its place (see :func:`mysql_driver`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from celery_durable.errors import JournalError
 
-__all__ = ["is_mysql", "is_sqlite", "normalize_url", "redact", "split_secrets", "sqlite_path"]
+__all__ = [
+    "is_mysql",
+    "is_sqlite",
+    "mysql_driver",
+    "normalize_url",
+    "redact",
+    "split_secrets",
+    "sqlite_path",
+]
 
 _POSTGRES_ALIASES = frozenset({"postgres", "postgresql", "postgresql+psycopg"})
 _SQLITE_ALIASES = frozenset({"sqlite", "sqlite+pysqlite"})
@@ -87,9 +97,23 @@ def normalize_url(url: str | URL) -> URL:
     )
 
 
+def mysql_driver() -> str:
+    """The SQLAlchemy driver of a ``mysql://`` URL here: ``"mysqldb"`` or ``"pymysql"``.
+
+    mysqlclient (``MySQLdb``) when it is installed, as SQLAlchemy would choose; PyMySQL when it
+    is not, and also when ``pymysql.install_as_MySQLdb()`` has made ``MySQLdb`` an alias of
+    PyMySQL (the usual way to run Django's MySQL backend without mysqlclient's C build): the
+    module is PyMySQL then, and the journal must use SQLAlchemy's PyMySQL dialect for it.
+    """
+    module = sys.modules.get("MySQLdb")
+    if module is not None:
+        return "pymysql" if getattr(module, "__name__", "") == "pymysql" else "mysqldb"
+    return "mysqldb" if importlib.util.find_spec("MySQLdb") is not None else "pymysql"
+
+
 def _normalize_mysql(parsed: URL, dialect: str, dbapi: str) -> URL:
     if not dbapi:
-        dbapi = "mysqldb" if importlib.util.find_spec("MySQLdb") is not None else "pymysql"
+        dbapi = mysql_driver()
     if not parsed.database:
         raise JournalError(
             "a MySQL/MariaDB journal URL needs a database name: mysql+pymysql://user@host/db",
