@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
 from celery_durable.core import sun
+from celery_durable.core.audit import HistoryEntry, check_audit, history_of
 from celery_durable.core.catchup import due_times
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
@@ -161,6 +162,9 @@ class Schedules:
         input: Any = None,
         rule: Rule | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
         **options: Any,
     ) -> None:
         """Create schedule ``id`` starting ``task`` with ``input`` at each due time of ``rule``.
@@ -170,12 +174,14 @@ class Schedules:
         (P1–P3: a ``timedelta`` or seconds). A second create with the content the schedule
         was first created with stores nothing (A1). Raises ``InvalidSchedule`` for bad
         arguments, ``UnknownTask`` when the task is not registered (A7), ``ScheduleConflict``
-        for other content or a deleted ID.
+        for other content or a deleted ID. ``by`` and ``reason`` (who and why, O5) are stored
+        with the event, as on every command, and shown by :meth:`history`.
 
         >>> durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
         """
+        check_audit(by, reason)
         content = self.check(id, task, input, rule, catch_up, options)
-        self._execute(id, lambda now: Create(content=content, now=now))
+        self._execute(id, lambda now: Create(content=content, now=now, by=by, reason=reason))
 
     def change(
         self,
@@ -184,32 +190,40 @@ class Schedules:
         input: Any = None,
         rule: Rule | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
         **options: Any,
     ) -> None:
         """Replace everything a schedule starts (A2). Due times at or before the change never run.
 
         Raises ``ScheduleConflict`` for an unknown or deleted schedule.
         """
+        check_audit(by, reason)
         content = self.check(id, task, input, rule, catch_up, options)
-        self._execute(id, lambda now: Change(content=content, now=now))
+        self._execute(id, lambda now: Change(content=content, now=now, by=by, reason=reason))
 
-    def pause(self, id: str, *, reason: str | None = None) -> None:
+    def pause(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
         """Stop starting runs (A3); pausing a paused schedule does nothing.
 
-        ``reason`` is stored with the pause (the import of ``beat_schedule`` pauses a removed
-        entry with "removed from beat_schedule", B6).
+        ``by`` and ``reason`` are stored with the pause (O5; the import of ``beat_schedule``
+        pauses a removed entry with "removed from beat_schedule", B6).
         """
-        if reason is not None:
-            check_text(reason, "pause reason", max_length=1000)
-        self._execute(check_schedule_id(id, stored=True), lambda now: Pause(now=now, reason=reason))
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Pause(now=now, by=by, reason=reason))
 
-    def resume(self, id: str) -> None:
-        """Start runs again from the first due time after now (A3)."""
-        self._execute(check_schedule_id(id, stored=True), lambda now: Resume(now=now))
+    def resume(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
+        """Start runs again from the first due time after now (A3); ``by``, ``reason``: O5."""
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Resume(now=now, by=by, reason=reason))
 
-    def delete(self, id: str) -> None:
-        """End the schedule for good (A4); its ID can never be used again."""
-        self._execute(check_schedule_id(id, stored=True), lambda now: Delete(now=now))
+    def delete(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
+        """End the schedule for good (A4): its ID is never used again. O5: ``by``, ``reason``."""
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Delete(now=now, by=by, reason=reason))
 
     def trigger(self, id: str) -> str:
         """Start one run now, outside the rule (D9); return its run ID.
@@ -268,6 +282,16 @@ class Schedules:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
         state = self.store.load(check_schedule_id(id, stored=True))
         return view_of(state) if state.exists else None
+
+    def history(self, id: str) -> builtins.list[HistoryEntry]:
+        """Every create, change, pause, resume and delete of a schedule, oldest first (O5).
+
+        Each :class:`~celery_durable.core.audit.HistoryEntry` gives the time, the action,
+        ``by`` and ``reason`` as the command gave them (``None`` when it did not) and the
+        fields it changed (before, after). An unknown ID has an empty history.
+        """
+        sid = check_schedule_id(id, stored=True)
+        return history_of(self.store.events(sid))
 
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""

@@ -240,32 +240,44 @@ def _optional_times(**moments: datetime | None) -> dict[str, str]:
 # Commands -------------------------------------------------------------------------------
 
 
+# ``by`` and ``reason`` on the five schedule commands: who made it and why (O5), stored as is.
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Create:
     content: Content
     now: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change:
     content: Content
     now: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pause:
     now: datetime
+    by: str | None = None
     reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resume:
     now: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delete:
     now: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,27 +381,37 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
                 f"schedule {sid!r} exists with different content", schedule_id=sid, rule="A1"
             )
         _check_bounds(command.content, command.now)
-        return [ScheduleCreated(at=command.now, content=command.content)]
+        return [
+            ScheduleCreated(
+                at=command.now, content=command.content, by=command.by, reason=command.reason
+            )
+        ]
     if isinstance(command, Change):
         _require_live(state, "change")
         if state.content is not None and digest(command.content) == digest(state.content):
             return []
         _check_bounds(command.content, command.now)
-        return [ScheduleChanged(at=command.now, content=command.content)]
+        return [
+            ScheduleChanged(
+                at=command.now, content=command.content, by=command.by, reason=command.reason
+            )
+        ]
     if isinstance(command, Pause):
         _require_live(state, "pause")
-        return [] if state.paused else [SchedulePaused(at=command.now, reason=command.reason)]
+        if state.paused:
+            return []
+        return [SchedulePaused(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, Resume):
         _require_live(state, "resume")
         if not state.paused:
             raise ScheduleConflict(f"schedule {sid!r} is not paused", schedule_id=sid, rule="A3")
-        return [ScheduleResumed(at=command.now)]
+        return [ScheduleResumed(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, Delete):
         if state.deleted:
             return []
         if not state.exists:
             raise ScheduleNotFound(f"schedule {sid!r} does not exist", schedule_id=sid, rule="A4")
-        return [ScheduleDeleted(at=command.now)]
+        return [ScheduleDeleted(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, DecideDue):
         return _decide_due(state, command.now)
     if isinstance(command, DecideRun):

@@ -69,11 +69,18 @@ class Content:
         )
 
 
+# The five commands' events carry who made the command and why (O5): ``by`` and ``reason``,
+# optional fields of format 1, absent from the JSON when not given, so events stored before
+# they existed read as made by nobody in particular.
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleCreated:
     TYPE: ClassVar[str] = "ScheduleCreated"
     at: datetime
     content: Content
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +88,8 @@ class ScheduleChanged:
     TYPE: ClassVar[str] = "ScheduleChanged"
     at: datetime
     content: Content
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,18 +98,23 @@ class SchedulePaused:
     at: datetime
     reason: str | None = None
     """Why, when the pause says (e.g. "removed from beat_schedule", B6); optional field."""
+    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleResumed:
     TYPE: ClassVar[str] = "ScheduleResumed"
     at: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleDeleted:
     TYPE: ClassVar[str] = "ScheduleDeleted"
     at: datetime
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +219,7 @@ ScheduleEvent = (
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline"})
-_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 
