@@ -160,7 +160,9 @@ class Dispatcher:
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
             )
         self.resender.resend(now)
-        return self._sleep_after(self.runtime.now())
+        done = self.runtime.now()
+        self.lease.ticked(done)  # the heartbeat `celery durable health` reads (O3)
+        return self._sleep_after(done)
 
     def load(self, now: datetime) -> None:
         """Read the index and the events stored since (C4); nothing is decided before this."""
