@@ -10,6 +10,7 @@ name                                        type       labels      what
 ``celery_durable_runs_skipped_total``       counter    schedule    due times skipped (overlap)
 ``celery_durable_runs_failed_to_start_total`` counter  schedule    runs that can never be sent
 ``celery_durable_runs_missed_total``        counter    schedule    due times dropped by catch-up
+``celery_durable_runs_late_total``          counter    schedule    runs decided late (O4)
 ``celery_durable_runs_deadline_missed_total`` counter  schedule    runs past their start deadline
 ``celery_durable_dispatch_lag_seconds``     histogram  —           due time → enqueue
 ``celery_durable_schedules``                gauge      state       schedules per state (when a
@@ -84,6 +85,7 @@ class DurableMetrics:
     missed: Any
     lag: Any
     deadline_missed: Any = None
+    late: Any = None
     _gauge: _SchedulesCollector | None = field(default=None, repr=False)
     _health: _HealthCollector | None = field(default=None, repr=False)
     _uid: str = field(default_factory=lambda: f"celery_durable.metrics.{next(_SERIAL)}")
@@ -122,6 +124,10 @@ class DurableMetrics:
         # ``count`` is None when too many were dropped to count: record at least one.
         self.missed.labels(schedule=schedule).inc(count if count else 1)
 
+    def on_late(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        if self.late is not None:
+            self.late.labels(schedule=schedule).inc()
+
     def on_deadline_missed(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
         if self.deadline_missed is not None:
             self.deadline_missed.labels(schedule=schedule).inc()
@@ -134,6 +140,7 @@ class DurableMetrics:
         signals.run_skipped.connect(self.on_skipped, weak=False, dispatch_uid=uid)
         signals.run_failed_to_start.connect(self.on_failed_to_start, weak=False, dispatch_uid=uid)
         signals.runs_missed.connect(self.on_missed, weak=False, dispatch_uid=uid)
+        signals.run_late.connect(self.on_late, weak=False, dispatch_uid=uid)
 
     def disconnect(self) -> None:
         """Stop feeding the metrics (they stay registered); ``install_metrics`` starts anew."""
@@ -151,6 +158,7 @@ class DurableMetrics:
             signals.run_failed_to_start,
             signals.runs_missed,
             signals.run_deadline_missed,
+            signals.run_late,
         ):
             signal.disconnect(dispatch_uid=uid)
 
@@ -310,6 +318,12 @@ def install_metrics(
                 deadline_missed=counter(
                     "celery_durable_runs_deadline_missed",
                     "Runs that never started by their start deadline (P1).",
+                    labels,
+                    registry=registry,
+                ),
+                late=counter(
+                    "celery_durable_runs_late",
+                    "Runs decided more than durable_late_after after their due time (O4).",
                     labels,
                     registry=registry,
                 ),

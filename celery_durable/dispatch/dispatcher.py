@@ -89,7 +89,12 @@ class Dispatcher:
         self.runs = RunStore(runtime.journal)
         self.cache = StateCache(runtime.journal, self.index)
         self.recorder = Recorder(
-            runtime.journal, self.cache, runtime.now, run_lease=self.run_lease, sender=self
+            runtime.journal,
+            self.cache,
+            runtime.now,
+            run_lease=self.run_lease,
+            sender=self,
+            late_after=config.late_after,
         )
         self.publisher = Publisher(self.app, self.retry_delay)
         self.resender = Resender(
