@@ -723,9 +723,7 @@ def test_the_admin_records_the_user_and_reason_and_shows_the_history(
         form_data(id="audited", kind="every", every="2h", input='"Bob"'),
     )
     clock.now += timedelta(minutes=1)
-    client.post(
-        LIST, {"action": "pause", "_selected_action": ["audited"], "reason": "quiet week"}
-    )
+    client.post(LIST, {"action": "pause", "_selected_action": ["audited"], "reason": "quiet week"})
     client.post(LIST + "audited/resume/", {})
     history = durable.schedules.history("audited")
     assert [(h.action, h.by, h.reason) for h in history] == [
