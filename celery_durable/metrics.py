@@ -163,28 +163,38 @@ class DurableMetrics:
             signal.disconnect(dispatch_uid=uid)
 
 
-class _SchedulesCollector:
-    """``celery_durable_schedules{state}``, counted from the journal when scraped."""
+class _ScrapedCollector:
+    """A collector whose value is read from the journal when scraped, at most every ``ttl`` s."""
 
     def __init__(self, durable: Durable, ttl: float) -> None:
         self._durable = durable
         self._ttl = ttl
         self._at = float("-inf")
-        self._counts: dict[str, int] = dict.fromkeys(SCHEDULE_STATES, 0)
+        self._value: Any = None
         self._lock = threading.Lock()
 
     def describe(self) -> list[Any]:
         # Returning no description keeps registration from calling collect() (no I/O then).
         return []
 
+    def _read(self) -> Any:
+        raise NotImplementedError
+
+    def _current(self) -> Any:
+        with self._lock:
+            if time.monotonic() - self._at >= self._ttl:
+                self._value = self._read()
+                self._at = time.monotonic()
+            return self._value
+
+
+class _SchedulesCollector(_ScrapedCollector):
+    """``celery_durable_schedules{state}``, counted from the journal when scraped."""
+
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        with self._lock:
-            if time.monotonic() - self._at >= self._ttl:
-                self._counts = self._count()
-                self._at = time.monotonic()
-            counts = dict(self._counts)
+        counts = self._current()
         family = GaugeMetricFamily(
             "celery_durable_schedules", "Durable schedules by state.", labels=["state"]
         )
@@ -192,7 +202,7 @@ class _SchedulesCollector:
             family.add_metric([state], counts[state])
         yield family
 
-    def _count(self) -> dict[str, int]:
+    def _read(self) -> dict[str, int]:
         counts = dict.fromkeys(SCHEDULE_STATES, 0)
         for view in self._durable.schedules.list(include_deleted=True):
             if view.deleted:
@@ -206,37 +216,26 @@ class _SchedulesCollector:
         return counts
 
 
-class _HealthCollector:
+class _HealthCollector(_ScrapedCollector):
     """The facts of ``celery durable health`` (O3) as gauges, read from the journal when scraped.
 
     A journal that cannot be read yields no sample (alert on ``absent(...)``), not a zero that
     would read as "no dispatcher".
     """
 
-    def __init__(self, durable: Durable, ttl: float) -> None:
-        self._durable = durable
-        self._ttl = ttl
-        self._at = float("-inf")
-        self._facts: Any = None
-        self._lock = threading.Lock()
+    def _read(self) -> Any:
+        from celery_durable.health import check
 
-    def describe(self) -> list[Any]:
-        return []
+        try:
+            return check(self._durable.runtime)
+        except Exception:
+            log.warning("health gauges: cannot read the journal", exc_info=True)
+            return None
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from celery_durable.health import check
-
-        with self._lock:
-            if time.monotonic() - self._at >= self._ttl:
-                try:
-                    self._facts = check(self._durable.runtime)
-                except Exception:
-                    log.warning("health gauges: cannot read the journal", exc_info=True)
-                    self._facts = None
-                self._at = time.monotonic()
-            facts = self._facts
+        facts = self._current()
         if facts is None:
             return
         holder = facts.holder

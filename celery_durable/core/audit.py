@@ -14,6 +14,7 @@ from typing import Any
 
 from celery_durable.core.ids import check_text, first_control
 from celery_durable.core.schedule_events import (
+    Audited,
     Content,
     ScheduleChanged,
     ScheduleCreated,
@@ -105,8 +106,8 @@ def history_of(events: Iterable[ScheduleEvent]) -> list[HistoryEntry]:
             HistoryEntry(
                 at=event.at,
                 action=action,
-                by=getattr(event, "by", None),
-                reason=getattr(event, "reason", None),
+                by=event.by if isinstance(event, Audited) else None,
+                reason=event.reason if isinstance(event, Audited) else None,
                 changes=changes,
             )
         )

@@ -240,44 +240,39 @@ def _optional_times(**moments: datetime | None) -> dict[str, str]:
 # Commands -------------------------------------------------------------------------------
 
 
-# ``by`` and ``reason`` on the five schedule commands: who made it and why (O5), stored as is.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Audited:
+    """Who made a schedule command and why (O5): stored as given on its event."""
+
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Create:
+class Create(Audited):
     content: Content
     now: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
+class Change(Audited):
     content: Content
     now: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Pause:
+class Pause(Audited):
     now: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Resume:
+class Resume(Audited):
     now: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Delete:
+class Delete(Audited):
     now: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

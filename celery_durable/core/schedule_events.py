@@ -69,52 +69,46 @@ class Content:
         )
 
 
-# The five commands' events carry who made the command and why (O5): ``by`` and ``reason``,
-# optional fields of format 1, absent from the JSON when not given, so events stored before
-# they existed read as made by nobody in particular.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Audited:
+    """Who made the command and why (O5): optional fields of format 1, left out of the JSON
+    when not given, so events stored before they existed read as made by nobody in particular.
+    A pause's ``reason`` may also come from the library ("removed from beat_schedule", B6)."""
+
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleCreated:
+class ScheduleCreated(Audited):
     TYPE: ClassVar[str] = "ScheduleCreated"
     at: datetime
     content: Content
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleChanged:
+class ScheduleChanged(Audited):
     TYPE: ClassVar[str] = "ScheduleChanged"
     at: datetime
     content: Content
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulePaused:
+class SchedulePaused(Audited):
     TYPE: ClassVar[str] = "SchedulePaused"
     at: datetime
-    reason: str | None = None
-    """Why, when the pause says (e.g. "removed from beat_schedule", B6); optional field."""
-    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleResumed:
+class ScheduleResumed(Audited):
     TYPE: ClassVar[str] = "ScheduleResumed"
     at: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleDeleted:
+class ScheduleDeleted(Audited):
     TYPE: ClassVar[str] = "ScheduleDeleted"
     at: datetime
-    by: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
