@@ -29,9 +29,6 @@ from celery_durable.store.lease import LeaseFacts, read_lease
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
-DEFAULT_MAX_LAG = 60.0
-"""Seconds a due run may wait before the dispatcher counts as lagging (SPEC §4's on-time limit)."""
-
 CANDIDATES = 50
 """Index rows checked against their newest events when looking for the oldest waiting run."""
 
@@ -156,4 +153,4 @@ def _seconds(later: datetime, earlier: datetime) -> float:
     return max(0.0, (later - earlier).total_seconds())
 
 
-__all__ = ["DEFAULT_MAX_LAG", "Health", "Waiting", "check", "oldest_waiting"]
+__all__ = ["Health", "Waiting", "check", "oldest_waiting"]

@@ -101,6 +101,7 @@ def test_lag_over_the_limit_and_a_stalled_dispatcher(sqlite_url: str, app: Celer
         assert lagging.exit_code == 9, lagging.stderr
         assert "schedule 's' has a run due " in lagging.stderr and "limit 1s" in lagging.stderr
         assert code_of(sqlite_url, "--max-lag", "30") == 0
+        assert code_of(sqlite_url) == 0  # the default limit: durable_late_after, 60 s
         stalled = health(sqlite_url, "--max-tick-age", "1")
         assert stalled.exit_code == 8 and "last completed tick was" in stalled.stderr
         dispatcher.tick()  # sends what waited

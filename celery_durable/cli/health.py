@@ -35,7 +35,7 @@ EXIT_CODES = {"ok": 0, "no_dispatcher": NO_DISPATCHER, "stalled": STALLED, "lagg
     "--max-lag",
     type=click.FloatRange(0, None),
     metavar="SECONDS",
-    help="Unhealthy when a due run has waited longer than this [default: 60].",
+    help="Unhealthy when a due run has waited longer than this [default: durable_late_after, 60].",
 )
 @option(
     "--max-tick-age",
@@ -48,11 +48,11 @@ EXIT_CODES = {"ok": 0, "no_dispatcher": NO_DISPATCHER, "stalled": STALLED, "lagg
 def health(max_lag: float | None, max_tick_age: float | None) -> None:
     """Exit 0 when a dispatcher holds the lease, ticked recently and no due run waits longer
     than --max-lag; else exit 7, 8 or 9 with a one-line reason (1: journal unreadable)."""
-    from celery_durable.health import DEFAULT_MAX_LAG, check
+    from celery_durable.health import check
 
     current = session()
     durable = current.durable
-    limit_lag = DEFAULT_MAX_LAG if max_lag is None else max_lag
+    limit_lag = durable.config.late_after if max_lag is None else max_lag
     limit_tick = 2 * durable.config.leader_lease if max_tick_age is None else max_tick_age
     try:
         facts = check(durable.runtime)
