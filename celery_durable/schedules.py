@@ -225,25 +225,34 @@ class Schedules:
         check_audit(by, reason)
         self._execute(sid, lambda now: Delete(now=now, by=by, reason=reason))
 
-    def trigger(self, id: str) -> str:
+    def trigger(self, id: str, *, by: str | None = None, reason: str | None = None) -> str:
         """Start one run now, outside the rule (D9); return its run ID.
 
         The run is decided like any other (it survives a crash and is enqueued with its run
         ID as task id) but does not count toward ``max_runs`` and moves no due time.
-        Raises ``ScheduleConflict`` for an unknown or deleted schedule.
+        Raises ``ScheduleConflict`` for an unknown or deleted schedule. ``by``, ``reason``: O5.
         """
         sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
         instants: builtins.list[datetime] = []
 
         def command(now: datetime) -> Command:
             instants.append(now)
-            return DecideRun(due=now, now=now, reason="trigger")
+            return DecideRun(due=now, now=now, reason="trigger", by=by, note=reason)
 
         self._execute(sid, command)
         # Nothing stored means a run was decided at this very instant already: it is that run.
         return make_run_id(sid, instants[-1])
 
-    def backfill(self, id: str, start: datetime, end: datetime) -> builtins.list[str]:
+    def backfill(
+        self,
+        id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> builtins.list[str]:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
 
         Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
@@ -251,8 +260,10 @@ class Schedules:
         of its last change or resume, and now): later ones are the dispatcher's. Returns the
         run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
         ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
+        ``by``, ``reason``: O5 (the backfill is one entry of :meth:`history`).
         """
         sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
         first = check_instant(to_utc(start, "backfill start"), "backfill start")
         last = check_instant(to_utc(end, "backfill end"), "backfill end")
         if last < first:
@@ -268,7 +279,7 @@ class Schedules:
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
             dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
             return [
-                DecideRun(due=due, now=now, reason="backfill", decided=decided)
+                DecideRun(due=due, now=now, reason="backfill", decided=decided, by=by, note=reason)
                 for due in dues
                 if due not in decided
             ]
@@ -284,7 +295,8 @@ class Schedules:
         return view_of(state) if state.exists else None
 
     def history(self, id: str) -> builtins.list[HistoryEntry]:
-        """Every create, change, pause, resume and delete of a schedule, oldest first (O5).
+        """Every command on a schedule (create, change, pause, resume, delete, trigger,
+        backfill), oldest first (O5).
 
         Each :class:`~celery_durable.core.audit.HistoryEntry` gives the time, the action,
         ``by`` and ``reason`` as the command gave them (``None`` when it did not) and the

@@ -135,3 +135,36 @@ def test_history_of_a_journal_written_before_audit(tmp_path: Path) -> None:
         assert durable.schedules.history("paused-daily")[-1].by == "ops"
     finally:
         durable.close()
+
+
+def test_triggers_and_backfills_carry_who_and_why(durable: Durable, clock: FakeClock) -> None:
+    s = durable.schedules
+    s.create("t", "backup", None, Every(timedelta(minutes=10)), by="alice")
+    clock.advance(hours=1)
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()  # decides 13:00 by the rule: not a command, not in the history
+    dispatcher.close()
+    clock.advance(seconds=1)  # (a trigger at 13:00 would be the rule's run: nothing stored)
+    run = s.trigger("t", by="bob", reason="month end")
+    clock.advance(seconds=1)
+    ids = s.backfill(
+        "t", T0 + timedelta(minutes=10), T0 + timedelta(minutes=40), by="carol", reason="outage"
+    )
+    assert len(ids) == 4  # 12:10 ... 12:40, dropped by CatchUp.LATEST
+    clock.advance(seconds=1)
+    s.backfill("t", T0 + timedelta(minutes=50), T0 + timedelta(minutes=50))  # a second one
+    history = s.history("t")
+    assert [(h.action, h.by, h.reason) for h in history] == [
+        ("created", "alice", None),
+        ("triggered", "bob", "month end"),
+        ("backfilled", "carol", "outage"),
+        ("backfilled", None, None),
+    ]
+    assert history[1].changes == {"run": (None, run)}
+    assert history[2].changes == {"runs": (None, {"first": ids[0], "last": ids[-1], "count": 4})}
+    assert history[3].changes["runs"][1]["count"] == 1
+    # The run keeps its kind of decision; the reason given is its note.
+    [triggered] = [r for r in s.runs("t") if r.run_id == run]
+    assert triggered.reason == "trigger"
+    with pytest.raises(InvalidSchedule, match="by must not be blank"):
+        s.trigger("t", by=" ")

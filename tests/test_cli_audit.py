@@ -61,3 +61,16 @@ def test_a_user_without_a_name_is_named_by_uid(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(getpass, "getuser", nameless)
     assert audit.os_user().startswith("uid ")
+
+
+def test_trigger_and_backfill_take_a_reason(sqlite_url: str) -> None:
+    url, me = sqlite_url, getpass.getuser()
+    ok(url, "schedules", "create", "demo", "cli.backup", "--every", "1h")
+    run_id = ok(url, "schedules", "trigger", "demo", "--reason", "month end").strip()
+    data = as_json(url, "schedules", "history", "demo")
+    assert (data[-1]["action"], data[-1]["by"], data[-1]["reason"]) == (
+        "triggered",
+        me,
+        "month end",
+    )
+    assert data[-1]["changes"] == {"run": {"before": None, "after": run_id}}

@@ -56,10 +56,11 @@ def audit(reason: str | None) -> dict[str, str | None]:
 @option("--last", "last", type=click.IntRange(1, None), help="Only the newest N entries.")
 @json_option
 def history(schedule_id: str, last: int | None) -> None:
-    """Show who created, changed, paused, resumed or deleted SCHEDULE_ID, when and why.
+    """Show who created, changed, paused, resumed, deleted, triggered or backfilled
+    SCHEDULE_ID, when and why.
 
     Oldest first; CHANGED names the settings a create or change set (the JSON output gives
-    their values before and after).
+    their values before and after, and the runs of a trigger or backfill).
     """
     current = session()
     entries = current.durable.schedules.history(schedule_id)

@@ -441,15 +441,16 @@ def delete(schedule_id: str, yes: bool, reason: str | None) -> None:
 
 @schedules.command()
 @click.argument("schedule_id")
+@reason_option
 @json_option
-def trigger(schedule_id: str) -> None:
+def trigger(schedule_id: str, reason: str | None) -> None:
     """Decide one run of SCHEDULE_ID now, outside its rule; print its run ID.
 
     The dispatcher (beat) sends it; it does not count toward --max-runs.
     """
     current = session()
     require(schedule_id)
-    run_id = current.durable.schedules.trigger(schedule_id)
+    run_id = current.durable.schedules.trigger(schedule_id, **audit(reason))
     if current.json:
         emit_json({"action": "trigger", "schedule_id": schedule_id, "run_id": run_id})
     else:
@@ -461,8 +462,9 @@ def trigger(schedule_id: str) -> None:
 @option("--start", required=True, metavar="TIME", help="First instant of the range (ISO 8601).")
 @option("--end", required=True, metavar="TIME", help="Last instant of the range (ISO 8601).")
 @option("--zone", metavar="IANA", help="Zone of --start/--end when they have no offset.")
+@reason_option
 @json_option
-def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
+def backfill(schedule_id: str, start: str, end: str, zone: str | None, reason: str | None) -> None:
     """Decide every due time of SCHEDULE_ID in [--start, --end] not decided yet.
 
     Run IDs are the usual ones, so repeating a backfill adds nothing. Prints the run IDs.
@@ -471,7 +473,7 @@ def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
     require(schedule_id)
     first = parse.instant(start, "--start", zone)
     last = parse.instant(end, "--end", zone)
-    run_ids = current.durable.schedules.backfill(schedule_id, first, last)
+    run_ids = current.durable.schedules.backfill(schedule_id, first, last, **audit(reason))
     if current.json:
         emit_json({"action": "backfill", "schedule_id": schedule_id, "run_ids": run_ids})
         return

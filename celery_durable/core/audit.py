@@ -1,8 +1,10 @@
 """Who changed a schedule and why (O5): checking the audit fields, reading the history back.
 
-Each of the five commands (create, change, pause, resume, delete) may carry ``by`` (who) and
-``reason`` (why); they are stored on the command's event. The history is those events in
-order, each with what it changed. Pure: the events are read by the caller.
+Each command (create, change, pause, resume, delete, trigger, backfill) may carry ``by`` (who)
+and ``reason`` (why); they are stored on the command's events (a trigger's or backfill's
+``RunDecided`` keeps the reason as ``note``: its ``reason`` names the kind of decision). The
+history is those events in order, each with what it changed; the runs of one backfill make one
+entry. Pure: the events are read by the caller.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from celery_durable.core.ids import check_text, first_control
 from celery_durable.core.schedule_events import (
     Audited,
     Content,
+    RunDecided,
     ScheduleChanged,
     ScheduleCreated,
     ScheduleDeleted,
@@ -57,7 +60,8 @@ class HistoryEntry:
 
     at: datetime
     action: str
-    """``created``, ``changed``, ``paused``, ``resumed`` or ``deleted``."""
+    """``created``, ``changed``, ``paused``, ``resumed``, ``deleted``, ``triggered`` or
+    ``backfilled``."""
     by: str | None = None
     reason: str | None = None
     changes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
@@ -89,6 +93,10 @@ def history_of(events: Iterable[ScheduleEvent]) -> list[HistoryEntry]:
     entries: list[HistoryEntry] = []
     content: Content | None = None
     for event in events:
+        if isinstance(event, RunDecided):
+            if event.reason in ("trigger", "backfill"):
+                entries.append(_requested(event, entries))
+            continue
         action = _ACTIONS.get(type(event))
         if action is None:
             continue
@@ -112,6 +120,30 @@ def history_of(events: Iterable[ScheduleEvent]) -> list[HistoryEntry]:
             )
         )
     return entries
+
+
+def _requested(event: RunDecided, entries: list[HistoryEntry]) -> HistoryEntry:
+    """A trigger's entry; the runs of one backfill (one append, one moment) make one entry."""
+    if event.reason == "trigger":
+        changes: dict[str, tuple[Any, Any]] = {"run": (None, event.run_id)}
+        return HistoryEntry(
+            at=event.at, action="triggered", by=event.by, reason=event.note, changes=changes
+        )
+    first, count = event.run_id, 1
+    last = entries[-1] if entries else None
+    if last is not None and (last.action, last.at, last.by, last.reason) == (
+        "backfilled", event.at, event.by, event.note
+    ):  # fmt: skip
+        entries.pop()
+        first, count = last.changes["runs"][1]["first"], last.changes["runs"][1]["count"] + 1
+    runs = {"first": first, "last": event.run_id, "count": count}
+    return HistoryEntry(
+        at=event.at,
+        action="backfilled",
+        by=event.by,
+        reason=event.note,
+        changes={"runs": (None, runs)},
+    )
 
 
 __all__ = ["HistoryEntry", "check_audit", "content_changes", "history_of"]

@@ -294,6 +294,10 @@ class DecideRun:
     now: datetime
     reason: str
     decided: frozenset[datetime] = frozenset()
+    by: str | None = None
+    """Who asked for the run (O5)."""
+    note: str | None = None
+    """Why they asked (O5; ``reason`` names the kind of decision)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -454,6 +458,8 @@ def _decided(
     reason: str,
     *,
     held: bool = False,
+    by: str | None = None,
+    note: str | None = None,
 ) -> RunDecided:
     rid = run_id(state.schedule_id, due)
     timing = content.timing
@@ -473,6 +479,8 @@ def _decided(
         track_end=content.overlap is not Overlap.ALLOW,
         send_at=None if jitter is None else due + jitter_offset(rid, jitter),
         deadline=None if deadline is None else due + deadline,
+        by=by,
+        note=note,
     )
 
 
@@ -556,7 +564,17 @@ def _decide_run(state: ScheduleState, command: DecideRun) -> list[ScheduleEvent]
     if state.last_decided is not None and command.due == state.last_decided:
         return []
     assert state.content is not None
-    return [_decided(state, state.content, command.due, command.now, command.reason)]
+    return [
+        _decided(
+            state,
+            state.content,
+            command.due,
+            command.now,
+            command.reason,
+            by=command.by,
+            note=command.note,
+        )
+    ]
 
 
 # Fold -------------------------------------------------------------------------------------

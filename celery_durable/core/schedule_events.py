@@ -131,6 +131,10 @@ class RunDecided:
     """Jitter (P2): not sent before this moment (due + the run ID's offset); ``None``: at due."""
     deadline: datetime | None = None
     """Start deadline (P1): a run not started by then never starts; ``None``: no deadline."""
+    by: str | None = None
+    """A trigger's or backfill's author (O5); optional field."""
+    note: str | None = None
+    """Why it was asked for (O5; ``reason`` names the kind of decision); optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +217,7 @@ ScheduleEvent = (
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline"})
-_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 

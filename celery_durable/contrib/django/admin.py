@@ -357,8 +357,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     def _apply(self, request: HttpRequest, durable: Durable, action: str, ids: list[str]) -> None:
         command: Callable[..., Any] = getattr(durable.schedules, action)
         done, verb = [], {"pause": "Paused", "resume": "Resumed", "delete": "Deleted"}
-        # O5: pause, resume and delete record the logged-in user and the optional reason.
-        audit = {} if action == "trigger" else audit_of(request)
+        audit = audit_of(request)  # O5: the logged-in user and the optional reason
         for sid in ids:
             try:
                 result = command(sid, **audit)
