@@ -42,6 +42,8 @@ class DurableConfig:
     longer ones are sent again by the dispatcher at their wake time (W4)."""
     leader_lease: float = 10.0
     """``durable_leader_lease``: seconds before a standby takes over a silent dispatcher (D6)."""
+    late_after: float = 60.0
+    """``durable_late_after``: a run decided more than this after its due time is late (O4)."""
 
     def __repr__(self) -> str:
         from dataclasses import fields
@@ -77,6 +79,7 @@ class DurableConfig:
             poll_interval=_positive(conf, "durable_poll_interval", 0.5),
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
+            late_after=_positive(conf, "durable_late_after", 60.0),
         )
 
 

@@ -10,15 +10,24 @@ name                                        type       labels      what
 ``celery_durable_runs_skipped_total``       counter    schedule    due times skipped (overlap)
 ``celery_durable_runs_failed_to_start_total`` counter  schedule    runs that can never be sent
 ``celery_durable_runs_missed_total``        counter    schedule    due times dropped by catch-up
+``celery_durable_runs_late_total``          counter    schedule    runs decided late (O4)
 ``celery_durable_runs_deadline_missed_total`` counter  schedule    runs past their start deadline
 ``celery_durable_dispatch_lag_seconds``     histogram  —           due time → enqueue
 ``celery_durable_schedules``                gauge      state       schedules per state (when a
                                                                    ``Durable`` is given)
+``celery_durable_lease_held``               gauge      —           1 while a dispatcher holds
+                                                                   the lease (O3; with ``Durable``)
+``celery_durable_lease_holder``             gauge      holder      1 for the holder
+``celery_durable_lease_age_seconds``        gauge      —           since the holder took it
+``celery_durable_last_tick_age_seconds``    gauge      —           since its last completed tick
+``celery_durable_oldest_waiting_due_seconds`` gauge    —           how long the oldest due run
+                                                                   has waited (0: none)
 ==========================================  =========  ==========  ===========================
 
 The signals are sent in the process that stores the events, normally ``celery beat``: install
 the metrics there and expose them (``prometheus_client.start_http_server``). The schedules
-gauge is computed when scraped, from the index, at most every ``gauge_ttl`` seconds.
+gauge and the health gauges (the facts of ``celery durable health``, :mod:`celery_durable.health`)
+are computed when scraped, from the journal, at most every ``gauge_ttl`` seconds.
 
 ``prometheus_client`` is imported only by :func:`install_metrics`; without it a clear
 ``ImportError`` says which extra to install.
@@ -27,6 +36,7 @@ gauge is computed when scraped, from the index, at most every ``gauge_ttl`` seco
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +54,8 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900
 """Seconds: on-time runs land below 1 s; beyond 60 s a run counts as missed (SPEC §4)."""
 
 SCHEDULE_STATES = ("active", "paused", "deleted", "complete")
+
+log = logging.getLogger("celery_durable.metrics")
 
 _LOCK = threading.Lock()
 _INSTALLED: dict[int, DurableMetrics] = {}
@@ -73,14 +85,20 @@ class DurableMetrics:
     missed: Any
     lag: Any
     deadline_missed: Any = None
+    late: Any = None
     _gauge: _SchedulesCollector | None = field(default=None, repr=False)
+    _health: _HealthCollector | None = field(default=None, repr=False)
     _uid: str = field(default_factory=lambda: f"celery_durable.metrics.{next(_SERIAL)}")
 
     def track(self, durable: Durable, *, gauge_ttl: float = 30.0) -> None:
-        """Export ``celery_durable_schedules{state}`` for ``durable``'s journal (once)."""
+        """Export ``celery_durable_schedules{state}`` and the health gauges for ``durable``'s
+        journal (once)."""
         if self._gauge is None:
             self._gauge = _SchedulesCollector(durable, gauge_ttl)
             self.registry.register(self._gauge)
+        if self._health is None:
+            self._health = _HealthCollector(durable, gauge_ttl)
+            self.registry.register(self._health)
 
     # Receivers: Celery signals call them with the sender and keyword arguments ---------------
 
@@ -106,6 +124,10 @@ class DurableMetrics:
         # ``count`` is None when too many were dropped to count: record at least one.
         self.missed.labels(schedule=schedule).inc(count if count else 1)
 
+    def on_late(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
+        if self.late is not None:
+            self.late.labels(schedule=schedule).inc()
+
     def on_deadline_missed(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
         if self.deadline_missed is not None:
             self.deadline_missed.labels(schedule=schedule).inc()
@@ -118,6 +140,7 @@ class DurableMetrics:
         signals.run_skipped.connect(self.on_skipped, weak=False, dispatch_uid=uid)
         signals.run_failed_to_start.connect(self.on_failed_to_start, weak=False, dispatch_uid=uid)
         signals.runs_missed.connect(self.on_missed, weak=False, dispatch_uid=uid)
+        signals.run_late.connect(self.on_late, weak=False, dispatch_uid=uid)
 
     def disconnect(self) -> None:
         """Stop feeding the metrics (they stay registered); ``install_metrics`` starts anew."""
@@ -135,32 +158,43 @@ class DurableMetrics:
             signals.run_failed_to_start,
             signals.runs_missed,
             signals.run_deadline_missed,
+            signals.run_late,
         ):
             signal.disconnect(dispatch_uid=uid)
 
 
-class _SchedulesCollector:
-    """``celery_durable_schedules{state}``, counted from the journal when scraped."""
+class _ScrapedCollector:
+    """A collector whose value is read from the journal when scraped, at most every ``ttl`` s."""
 
     def __init__(self, durable: Durable, ttl: float) -> None:
         self._durable = durable
         self._ttl = ttl
         self._at = float("-inf")
-        self._counts: dict[str, int] = dict.fromkeys(SCHEDULE_STATES, 0)
+        self._value: Any = None
         self._lock = threading.Lock()
 
     def describe(self) -> list[Any]:
         # Returning no description keeps registration from calling collect() (no I/O then).
         return []
 
+    def _read(self) -> Any:
+        raise NotImplementedError
+
+    def _current(self) -> Any:
+        with self._lock:
+            if time.monotonic() - self._at >= self._ttl:
+                self._value = self._read()
+                self._at = time.monotonic()
+            return self._value
+
+
+class _SchedulesCollector(_ScrapedCollector):
+    """``celery_durable_schedules{state}``, counted from the journal when scraped."""
+
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        with self._lock:
-            if time.monotonic() - self._at >= self._ttl:
-                self._counts = self._count()
-                self._at = time.monotonic()
-            counts = dict(self._counts)
+        counts = self._current()
         family = GaugeMetricFamily(
             "celery_durable_schedules", "Durable schedules by state.", labels=["state"]
         )
@@ -168,7 +202,7 @@ class _SchedulesCollector:
             family.add_metric([state], counts[state])
         yield family
 
-    def _count(self) -> dict[str, int]:
+    def _read(self) -> dict[str, int]:
         counts = dict.fromkeys(SCHEDULE_STATES, 0)
         for view in self._durable.schedules.list(include_deleted=True):
             if view.deleted:
@@ -180,6 +214,57 @@ class _SchedulesCollector:
             else:
                 counts["active"] += 1
         return counts
+
+
+class _HealthCollector(_ScrapedCollector):
+    """The facts of ``celery durable health`` (O3) as gauges, read from the journal when scraped.
+
+    A journal that cannot be read yields no sample (alert on ``absent(...)``), not a zero that
+    would read as "no dispatcher".
+    """
+
+    def _read(self) -> Any:
+        from celery_durable.health import check
+
+        try:
+            return check(self._durable.runtime)
+        except Exception:
+            log.warning("health gauges: cannot read the journal", exc_info=True)
+            return None
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        facts = self._current()
+        if facts is None:
+            return
+        holder = facts.holder
+        yield GaugeMetricFamily(
+            "celery_durable_lease_held",
+            "1 while a dispatcher holds the lease, else 0.",
+            value=0 if holder is None else 1,
+        )
+        holders = GaugeMetricFamily(
+            "celery_durable_lease_holder", "The dispatcher holding the lease.", labels=["holder"]
+        )
+        if holder is not None:
+            holders.add_metric([holder], 1)
+        yield holders
+        for name, text, value in (
+            ("lease_age_seconds", "Seconds since the holder took the lease.", facts.lease_age),
+            (
+                "last_tick_age_seconds",
+                "Seconds since the holder's last completed tick (stored with lease renewals).",
+                facts.tick_age,
+            ),
+        ):
+            if value is not None:
+                yield GaugeMetricFamily(f"celery_durable_{name}", text, value=value)
+        yield GaugeMetricFamily(
+            "celery_durable_oldest_waiting_due_seconds",
+            "Seconds the oldest due run not yet sent has waited (0: none waits).",
+            value=facts.lag,
+        )
 
 
 def install_metrics(
@@ -232,6 +317,12 @@ def install_metrics(
                 deadline_missed=counter(
                     "celery_durable_runs_deadline_missed",
                     "Runs that never started by their start deadline (P1).",
+                    labels,
+                    registry=registry,
+                ),
+                late=counter(
+                    "celery_durable_runs_late",
+                    "Runs decided more than durable_late_after after their due time (O4).",
                     labels,
                     registry=registry,
                 ),

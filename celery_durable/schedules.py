@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
 from celery_durable.core import sun
+from celery_durable.core.audit import HistoryEntry, check_audit, history_of
 from celery_durable.core.catchup import due_times
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
@@ -161,6 +162,9 @@ class Schedules:
         input: Any = None,
         rule: Rule | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
         **options: Any,
     ) -> None:
         """Create schedule ``id`` starting ``task`` with ``input`` at each due time of ``rule``.
@@ -170,12 +174,14 @@ class Schedules:
         (P1–P3: a ``timedelta`` or seconds). A second create with the content the schedule
         was first created with stores nothing (A1). Raises ``InvalidSchedule`` for bad
         arguments, ``UnknownTask`` when the task is not registered (A7), ``ScheduleConflict``
-        for other content or a deleted ID.
+        for other content or a deleted ID. ``by`` and ``reason`` (who and why, O5) are stored
+        with the event, as on every command, and shown by :meth:`history`.
 
         >>> durable.schedules.create("nightly", "backup", "/srv", Daily("02:00", "Europe/Oslo"))
         """
+        check_audit(by, reason)
         content = self.check(id, task, input, rule, catch_up, options)
-        self._execute(id, lambda now: Create(content=content, now=now))
+        self._execute(id, lambda now: Create(content=content, now=now, by=by, reason=reason))
 
     def change(
         self,
@@ -184,52 +190,69 @@ class Schedules:
         input: Any = None,
         rule: Rule | None = None,
         catch_up: CatchUp | str = CatchUp.LATEST,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
         **options: Any,
     ) -> None:
         """Replace everything a schedule starts (A2). Due times at or before the change never run.
 
         Raises ``ScheduleConflict`` for an unknown or deleted schedule.
         """
+        check_audit(by, reason)
         content = self.check(id, task, input, rule, catch_up, options)
-        self._execute(id, lambda now: Change(content=content, now=now))
+        self._execute(id, lambda now: Change(content=content, now=now, by=by, reason=reason))
 
-    def pause(self, id: str, *, reason: str | None = None) -> None:
+    def pause(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
         """Stop starting runs (A3); pausing a paused schedule does nothing.
 
-        ``reason`` is stored with the pause (the import of ``beat_schedule`` pauses a removed
-        entry with "removed from beat_schedule", B6).
+        ``by`` and ``reason`` are stored with the pause (O5; the import of ``beat_schedule``
+        pauses a removed entry with "removed from beat_schedule", B6).
         """
-        if reason is not None:
-            check_text(reason, "pause reason", max_length=1000)
-        self._execute(check_schedule_id(id, stored=True), lambda now: Pause(now=now, reason=reason))
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Pause(now=now, by=by, reason=reason))
 
-    def resume(self, id: str) -> None:
-        """Start runs again from the first due time after now (A3)."""
-        self._execute(check_schedule_id(id, stored=True), lambda now: Resume(now=now))
+    def resume(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
+        """Start runs again from the first due time after now (A3); ``by``, ``reason``: O5."""
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Resume(now=now, by=by, reason=reason))
 
-    def delete(self, id: str) -> None:
-        """End the schedule for good (A4); its ID can never be used again."""
-        self._execute(check_schedule_id(id, stored=True), lambda now: Delete(now=now))
+    def delete(self, id: str, *, by: str | None = None, reason: str | None = None) -> None:
+        """End the schedule for good (A4): its ID is never used again. O5: ``by``, ``reason``."""
+        sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
+        self._execute(sid, lambda now: Delete(now=now, by=by, reason=reason))
 
-    def trigger(self, id: str) -> str:
+    def trigger(self, id: str, *, by: str | None = None, reason: str | None = None) -> str:
         """Start one run now, outside the rule (D9); return its run ID.
 
         The run is decided like any other (it survives a crash and is enqueued with its run
         ID as task id) but does not count toward ``max_runs`` and moves no due time.
-        Raises ``ScheduleConflict`` for an unknown or deleted schedule.
+        Raises ``ScheduleConflict`` for an unknown or deleted schedule. ``by``, ``reason``: O5.
         """
         sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
         instants: builtins.list[datetime] = []
 
         def command(now: datetime) -> Command:
             instants.append(now)
-            return DecideRun(due=now, now=now, reason="trigger")
+            return DecideRun(due=now, now=now, reason="trigger", by=by, note=reason)
 
         self._execute(sid, command)
         # Nothing stored means a run was decided at this very instant already: it is that run.
         return make_run_id(sid, instants[-1])
 
-    def backfill(self, id: str, start: datetime, end: datetime) -> builtins.list[str]:
+    def backfill(
+        self,
+        id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> builtins.list[str]:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
 
         Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
@@ -237,8 +260,10 @@ class Schedules:
         of its last change or resume, and now): later ones are the dispatcher's. Returns the
         run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
         ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
+        ``by``, ``reason``: O5 (the backfill is one entry of :meth:`history`).
         """
         sid = check_schedule_id(id, stored=True)
+        check_audit(by, reason)
         first = check_instant(to_utc(start, "backfill start"), "backfill start")
         last = check_instant(to_utc(end, "backfill end"), "backfill end")
         if last < first:
@@ -254,7 +279,7 @@ class Schedules:
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
             dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
             return [
-                DecideRun(due=due, now=now, reason="backfill", decided=decided)
+                DecideRun(due=due, now=now, reason="backfill", decided=decided, by=by, note=reason)
                 for due in dues
                 if due not in decided
             ]
@@ -268,6 +293,17 @@ class Schedules:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
         state = self.store.load(check_schedule_id(id, stored=True))
         return view_of(state) if state.exists else None
+
+    def history(self, id: str) -> builtins.list[HistoryEntry]:
+        """Every command on a schedule (create, change, pause, resume, delete, trigger,
+        backfill), oldest first (O5).
+
+        Each :class:`~celery_durable.core.audit.HistoryEntry` gives the time, the action,
+        ``by`` and ``reason`` as the command gave them (``None`` when it did not) and the
+        fields it changed (before, after). An unknown ID has an empty history.
+        """
+        sid = check_schedule_id(id, stored=True)
+        return history_of(self.store.events(sid))
 
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""

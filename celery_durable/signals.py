@@ -8,7 +8,10 @@ arguments; a receiver that raises is logged and does not disturb the dispatcher.
 - ``run_started``: ``schedule``, ``run_id``, ``due``, ``lag`` (seconds from due to enqueue)
 - ``run_skipped``: ``schedule``, ``run_id``, ``due``, ``reason``
 - ``run_failed_to_start``: ``schedule``, ``run_id``, ``due``, ``error``
-- ``runs_missed``: ``schedule``, ``count`` (``None`` when too many to count), ``through``
+- ``run_late``: ``schedule``, ``run_id``, ``due``, ``lateness`` (seconds from due to decision):
+  a run the rule made due, decided more than ``durable_late_after`` after its due time (O4)
+- ``runs_missed``: ``schedule``, ``count`` (``None`` when too many to count), ``through``,
+  ``lateness`` (seconds from ``through`` to the decision): due times dropped by catch-up (O4)
 - ``run_deadline_missed``: ``schedule``, ``run_id``, ``due``, ``reason`` (P1: a run that never
   started by its start deadline; sent by the dispatcher or by the worker that saw it late)
 """
@@ -24,7 +27,7 @@ from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import run_id
 
 if TYPE_CHECKING:
-    from celery_durable.core.schedule_events import ScheduleEvent
+    from celery_durable.core.schedule_events import RunDecided, ScheduleEvent
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -40,14 +43,23 @@ run_skipped = Signal(
 run_failed_to_start = Signal(
     name="durable_run_failed_to_start", providing_args={"schedule", "run_id", "due", "error"}
 )
-runs_missed = Signal(name="durable_runs_missed", providing_args={"schedule", "count", "through"})
+run_late = Signal(name="durable_run_late", providing_args={"schedule", "run_id", "due", "lateness"})
+runs_missed = Signal(
+    name="durable_runs_missed", providing_args={"schedule", "count", "through", "lateness"}
+)
 run_deadline_missed = Signal(
     name="durable_run_deadline_missed", providing_args={"schedule", "run_id", "due", "reason"}
 )
 
 
-def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
-    """Log a stored schedule event with structured fields and send its signal."""
+def announce(
+    sender: object, sid: str, event: ScheduleEvent, *, late_after: float | None = None
+) -> None:
+    """Log a stored schedule event with structured fields and send its signal.
+
+    With ``late_after`` (seconds), a run the rule made due and decided later than that is
+    also logged as late and signalled (O4).
+    """
     from celery_durable.core.schedule_events import (
         RunDecided,
         RunFailedToStart,
@@ -58,9 +70,11 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
     )
 
     if isinstance(event, RunDecided):
+        lag = (event.at - event.due).total_seconds()
+        if late_after is not None and lag > late_after and event.reason == "rule":
+            _late(sender, sid, event, lag)
         if not (run_decided.receivers or log.isEnabledFor(logging.INFO)):
             return  # nobody listens: a burst announces thousands of these
-        lag = (event.at - event.due).total_seconds()
         fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lag": lag}
         log.info(
             "decided run %r of schedule %r (due %s, lag %.3fs)",
@@ -92,7 +106,20 @@ def announce(sender: object, sid: str, event: ScheduleEvent) -> None:
             sid, "many" if event.count is None else event.count, time_to_json(event.through),
             extra={"schedule": sid, "count": event.count},
         )  # fmt: skip
-        runs_missed.send(sender=sender, schedule=sid, count=event.count, through=event.through)
+        lateness = max(0.0, (event.at - event.through).total_seconds())
+        runs_missed.send(
+            sender=sender, schedule=sid, count=event.count, through=event.through, lateness=lateness
+        )
+
+
+def _late(sender: object, sid: str, event: RunDecided, lateness: float) -> None:
+    """O4: a run decided more than ``durable_late_after`` after its due time."""
+    fields = {"schedule": sid, "run_id": event.run_id, "due": event.due, "lateness": lateness}
+    log.warning(
+        "run %r of schedule %r decided %.1fs after its due time %s (late)",
+        event.run_id, sid, lateness, time_to_json(event.due), extra=fields,
+    )  # fmt: skip
+    run_late.send(sender=sender, **fields)
 
 
 __all__ = [
@@ -100,6 +127,7 @@ __all__ = [
     "run_deadline_missed",
     "run_decided",
     "run_failed_to_start",
+    "run_late",
     "run_skipped",
     "run_started",
     "runs_missed",

@@ -703,3 +703,58 @@ def test_a_missed_run_is_shown_with_its_reason(
     page = text(client.get(LIST + "backup/change/"))
     assert 'class="state-missed">missed<' in page
     assert "start deadline passed before a worker began the durable run" in page
+
+
+# Audit (O5) and late schedules (O4) ---------------------------------------------------------
+
+
+def test_the_admin_records_the_user_and_reason_and_shows_the_history(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    page = client.post(
+        LIST + "add/",
+        form_data(id="audited", kind="every", every="1h", reason="asked by finance"),
+        follow=True,
+    )
+    assert durable.schedules.state("audited") is not None, text(page)
+    clock.now += timedelta(minutes=1)
+    client.post(
+        LIST + "audited/change/",
+        form_data(id="audited", kind="every", every="2h", input='"Bob"'),
+    )
+    clock.now += timedelta(minutes=1)
+    client.post(LIST, {"action": "pause", "_selected_action": ["audited"], "reason": "quiet week"})
+    client.post(LIST + "audited/resume/", {})
+    history = durable.schedules.history("audited")
+    assert [(h.action, h.by, h.reason) for h in history] == [
+        ("created", "admin", "asked by finance"),
+        ("changed", "admin", None),
+        ("paused", "admin", "quiet week"),
+        ("resumed", "admin", None),
+    ]
+    change_page = text(client.get(LIST + "audited/change/"))
+    assert f'href="{LIST}audited/history/"' in change_page
+    page = text(client.get(LIST + "audited/history/"))
+    assert "History of schedule audited" in page
+    rows = re.findall(r'<tr class="action-(\w+)">(.*?)</tr>', page)
+    assert [action for action, _ in rows] == ["created", "changed", "paused", "resumed"]
+    created, changed, paused = rows[0][1], rows[1][1], rows[2][1]
+    assert "2026-11-02 12:00:00 UTC" in created and "asked by finance" in created
+    assert '<td class="by">admin</td>' in created
+    assert "<strong>input</strong>: &quot;/srv&quot; → &quot;Bob&quot;" in changed
+    assert "<strong>rule</strong>" in changed and '<td class="reason">—</td>' in changed
+    assert "quiet week" in paused
+    assert client.get(LIST + "ghost/history/").status_code == 404
+
+
+def test_the_list_marks_late_schedules(client: Any, durable: Durable, clock: FakeClock) -> None:
+    durable.schedules.create("hourly", "shop.report", "Ada", Every(timedelta(hours=1)))
+    durable.schedules.create("daily", "shop.report", "Ada", Daily("02:00", "Europe/Oslo"))
+    clock.now += timedelta(hours=1, seconds=59)  # hourly due 59 s ago: not late yet (60 s)
+    assert 'class="late"' not in row_of(text(client.get(LIST)), "hourly")
+    clock.now += timedelta(seconds=2)
+    page = text(client.get(LIST))
+    assert '<span class="late" title="due 61 s ago; not sent yet' in row_of(page, "hourly")
+    assert 'class="late"' not in row_of(page, "daily")
+    durable.schedules.pause("hourly")
+    assert 'class="late"' not in row_of(text(client.get(LIST)), "hourly")

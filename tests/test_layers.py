@@ -35,7 +35,7 @@ LAYERS = [
     ("message", "signals"),
     ("store", "config"),  # config redacts the journal URL with the store's URL parser
     ("runtime",),
-    ("celery_schedules", "dispatch", "worker", "schedules", "control"),
+    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health"),
     ("beat", "beat_import", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
 ]
 

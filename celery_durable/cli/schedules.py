@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from celery_durable.cli import parse
+from celery_durable.cli.audit import audit, history, reason_option
 from celery_durable.cli.common import (
     DurableGroup,
     display_zone,
@@ -300,8 +301,9 @@ def _options(values: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
 @click.argument("schedule_id")
 @click.argument("task")
 @_content_options
+@reason_option
 @json_option
-def create(schedule_id: str, task: str, **values: Any) -> None:
+def create(schedule_id: str, task: str, reason: str | None, **values: Any) -> None:
     """Create SCHEDULE_ID starting TASK at each due time of one rule option.
 
     Creating again with the same content changes nothing; other content is a conflict (4).
@@ -328,6 +330,7 @@ def create(schedule_id: str, task: str, **values: Any) -> None:
         rule,
         values.get("catch_up") or "latest",
         overlap=values.get("overlap") or "allow",
+        **audit(reason),
         **_policies(values),
         **_options(values, {}),
     )
@@ -338,8 +341,9 @@ def create(schedule_id: str, task: str, **values: Any) -> None:
 @click.argument("schedule_id")
 @option("--task", help="The task to start (default: keep the current one).")
 @_content_options
+@reason_option
 @json_option
-def change(schedule_id: str, task: str | None, **values: Any) -> None:
+def change(schedule_id: str, task: str | None, reason: str | None, **values: Any) -> None:
     """Change SCHEDULE_ID; settings not given keep their current value (the zone too).
 
     Due times at or before the change never run; an --every interval counts from the change.
@@ -374,6 +378,7 @@ def change(schedule_id: str, task: str | None, **values: Any) -> None:
         rule,
         values.get("catch_up") or view.catch_up,
         overlap=values.get("overlap") or view.overlap,
+        **audit(reason),
         **_policies(values, view),
         **_options(values, dict(view.options)),
     )
@@ -388,12 +393,13 @@ def change(schedule_id: str, task: str | None, **values: Any) -> None:
 
 @schedules.command()
 @click.argument("schedule_id")
+@reason_option
 @json_option
-def pause(schedule_id: str) -> None:
+def pause(schedule_id: str, reason: str | None) -> None:
     """Pause SCHEDULE_ID: no run starts until it is resumed."""
     api = session().durable.schedules
     before = require(schedule_id)
-    api.pause(schedule_id)
+    api.pause(schedule_id, **audit(reason))
     after = api.state(schedule_id)
     _print_changed(
         "pause", schedule_id, after is not None and after.version != before.version, after
@@ -402,20 +408,22 @@ def pause(schedule_id: str) -> None:
 
 @schedules.command()
 @click.argument("schedule_id")
+@reason_option
 @json_option
-def resume(schedule_id: str) -> None:
+def resume(schedule_id: str, reason: str | None) -> None:
     """Resume SCHEDULE_ID from the first due time after now (missed ones never run)."""
     api = session().durable.schedules
     require(schedule_id)
-    api.resume(schedule_id)
+    api.resume(schedule_id, **audit(reason))
     _print_changed("resume", schedule_id, True, api.state(schedule_id))
 
 
 @schedules.command()
 @click.argument("schedule_id")
 @option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@reason_option
 @json_option
-def delete(schedule_id: str, yes: bool) -> None:
+def delete(schedule_id: str, yes: bool, reason: str | None) -> None:
     """Delete SCHEDULE_ID for good: nothing more runs and the ID can never be used again."""
     api = session().durable.schedules
     before = require(schedule_id)
@@ -423,7 +431,7 @@ def delete(schedule_id: str, yes: bool) -> None:
         if not sys.stdin.isatty():
             raise invalid("deleting is permanent: pass --yes to confirm")
         click.confirm(f"Delete schedule {shown(schedule_id)} for good?", abort=True, err=True)
-    api.delete(schedule_id)
+    api.delete(schedule_id, **audit(reason))
     after = api.state(schedule_id)
     _print_changed("delete", schedule_id, not before.deleted, after)
 
@@ -433,15 +441,16 @@ def delete(schedule_id: str, yes: bool) -> None:
 
 @schedules.command()
 @click.argument("schedule_id")
+@reason_option
 @json_option
-def trigger(schedule_id: str) -> None:
+def trigger(schedule_id: str, reason: str | None) -> None:
     """Decide one run of SCHEDULE_ID now, outside its rule; print its run ID.
 
     The dispatcher (beat) sends it; it does not count toward --max-runs.
     """
     current = session()
     require(schedule_id)
-    run_id = current.durable.schedules.trigger(schedule_id)
+    run_id = current.durable.schedules.trigger(schedule_id, **audit(reason))
     if current.json:
         emit_json({"action": "trigger", "schedule_id": schedule_id, "run_id": run_id})
     else:
@@ -453,8 +462,9 @@ def trigger(schedule_id: str) -> None:
 @option("--start", required=True, metavar="TIME", help="First instant of the range (ISO 8601).")
 @option("--end", required=True, metavar="TIME", help="Last instant of the range (ISO 8601).")
 @option("--zone", metavar="IANA", help="Zone of --start/--end when they have no offset.")
+@reason_option
 @json_option
-def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
+def backfill(schedule_id: str, start: str, end: str, zone: str | None, reason: str | None) -> None:
     """Decide every due time of SCHEDULE_ID in [--start, --end] not decided yet.
 
     Run IDs are the usual ones, so repeating a backfill adds nothing. Prints the run IDs.
@@ -463,10 +473,13 @@ def backfill(schedule_id: str, start: str, end: str, zone: str | None) -> None:
     require(schedule_id)
     first = parse.instant(start, "--start", zone)
     last = parse.instant(end, "--end", zone)
-    run_ids = current.durable.schedules.backfill(schedule_id, first, last)
+    run_ids = current.durable.schedules.backfill(schedule_id, first, last, **audit(reason))
     if current.json:
         emit_json({"action": "backfill", "schedule_id": schedule_id, "run_ids": run_ids})
         return
     for run_id in run_ids:
         echo(run_id)
     echo(f"{len(run_ids)} run(s) decided", err=True)
+
+
+schedules.add_command(history)

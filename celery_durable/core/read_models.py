@@ -41,6 +41,21 @@ class ScheduleView:
     catch_up_window: timedelta | None = None
     """P3: due times older than this are dropped after downtime (``None``: no window)."""
 
+    def waiting_since(self, now: datetime) -> datetime | None:
+        """The due time this schedule has waited on since, at ``now`` (O4); ``None``: none.
+
+        Its next due time once past (not decided yet), else, while a decided run is unsent,
+        its newest decided due time. Lateness is ``now`` minus this.
+        """
+        if self.deleted:
+            return None
+        waiting = [
+            moment
+            for moment in (self.next_due, self.last_due if self.pending else None)
+            if moment is not None and moment <= now
+        ]
+        return min(waiting, default=None)
+
     @property
     def complete(self) -> bool:
         """No due time is left (``Once`` decided, ``max_runs`` reached, past ``end_at``).

@@ -241,30 +241,37 @@ def _optional_times(**moments: datetime | None) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Create:
-    content: Content
-    now: datetime
+class Audited:
+    """Who made a schedule command and why (O5): stored as given on its event."""
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Change:
-    content: Content
-    now: datetime
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Pause:
-    now: datetime
+    by: str | None = None
     reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Resume:
+class Create(Audited):
+    content: Content
     now: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Delete:
+class Change(Audited):
+    content: Content
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pause(Audited):
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume(Audited):
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete(Audited):
     now: datetime
 
 
@@ -287,6 +294,10 @@ class DecideRun:
     now: datetime
     reason: str
     decided: frozenset[datetime] = frozenset()
+    by: str | None = None
+    """Who asked for the run (O5)."""
+    note: str | None = None
+    """Why they asked (O5; ``reason`` names the kind of decision)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,27 +380,37 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
                 f"schedule {sid!r} exists with different content", schedule_id=sid, rule="A1"
             )
         _check_bounds(command.content, command.now)
-        return [ScheduleCreated(at=command.now, content=command.content)]
+        return [
+            ScheduleCreated(
+                at=command.now, content=command.content, by=command.by, reason=command.reason
+            )
+        ]
     if isinstance(command, Change):
         _require_live(state, "change")
         if state.content is not None and digest(command.content) == digest(state.content):
             return []
         _check_bounds(command.content, command.now)
-        return [ScheduleChanged(at=command.now, content=command.content)]
+        return [
+            ScheduleChanged(
+                at=command.now, content=command.content, by=command.by, reason=command.reason
+            )
+        ]
     if isinstance(command, Pause):
         _require_live(state, "pause")
-        return [] if state.paused else [SchedulePaused(at=command.now, reason=command.reason)]
+        if state.paused:
+            return []
+        return [SchedulePaused(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, Resume):
         _require_live(state, "resume")
         if not state.paused:
             raise ScheduleConflict(f"schedule {sid!r} is not paused", schedule_id=sid, rule="A3")
-        return [ScheduleResumed(at=command.now)]
+        return [ScheduleResumed(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, Delete):
         if state.deleted:
             return []
         if not state.exists:
             raise ScheduleNotFound(f"schedule {sid!r} does not exist", schedule_id=sid, rule="A4")
-        return [ScheduleDeleted(at=command.now)]
+        return [ScheduleDeleted(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, DecideDue):
         return _decide_due(state, command.now)
     if isinstance(command, DecideRun):
@@ -437,6 +458,8 @@ def _decided(
     reason: str,
     *,
     held: bool = False,
+    by: str | None = None,
+    note: str | None = None,
 ) -> RunDecided:
     rid = run_id(state.schedule_id, due)
     timing = content.timing
@@ -456,6 +479,8 @@ def _decided(
         track_end=content.overlap is not Overlap.ALLOW,
         send_at=None if jitter is None else due + jitter_offset(rid, jitter),
         deadline=None if deadline is None else due + deadline,
+        by=by,
+        note=note,
     )
 
 
@@ -539,7 +564,17 @@ def _decide_run(state: ScheduleState, command: DecideRun) -> list[ScheduleEvent]
     if state.last_decided is not None and command.due == state.last_decided:
         return []
     assert state.content is not None
-    return [_decided(state, state.content, command.due, command.now, command.reason)]
+    return [
+        _decided(
+            state,
+            state.content,
+            command.due,
+            command.now,
+            command.reason,
+            by=command.by,
+            note=command.note,
+        )
+    ]
 
 
 # Fold -------------------------------------------------------------------------------------

@@ -70,35 +70,43 @@ class Content:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleCreated:
+class Audited:
+    """Who made the command and why (O5): optional fields of format 1, left out of the JSON
+    when not given, so events stored before they existed read as made by nobody in particular.
+    A pause's ``reason`` may also come from the library ("removed from beat_schedule", B6)."""
+
+    by: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleCreated(Audited):
     TYPE: ClassVar[str] = "ScheduleCreated"
     at: datetime
     content: Content
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleChanged:
+class ScheduleChanged(Audited):
     TYPE: ClassVar[str] = "ScheduleChanged"
     at: datetime
     content: Content
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulePaused:
+class SchedulePaused(Audited):
     TYPE: ClassVar[str] = "SchedulePaused"
     at: datetime
-    reason: str | None = None
-    """Why, when the pause says (e.g. "removed from beat_schedule", B6); optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleResumed:
+class ScheduleResumed(Audited):
     TYPE: ClassVar[str] = "ScheduleResumed"
     at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleDeleted:
+class ScheduleDeleted(Audited):
     TYPE: ClassVar[str] = "ScheduleDeleted"
     at: datetime
 
@@ -123,6 +131,10 @@ class RunDecided:
     """Jitter (P2): not sent before this moment (due + the run ID's offset); ``None``: at due."""
     deadline: datetime | None = None
     """Start deadline (P1): a run not started by then never starts; ``None``: no deadline."""
+    by: str | None = None
+    """A trigger's or backfill's author (O5); optional field."""
+    note: str | None = None
+    """Why it was asked for (O5; ``reason`` names the kind of decision); optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +217,7 @@ ScheduleEvent = (
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline"})
-_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 

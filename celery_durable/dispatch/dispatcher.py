@@ -89,7 +89,12 @@ class Dispatcher:
         self.runs = RunStore(runtime.journal)
         self.cache = StateCache(runtime.journal, self.index)
         self.recorder = Recorder(
-            runtime.journal, self.cache, runtime.now, run_lease=self.run_lease, sender=self
+            runtime.journal,
+            self.cache,
+            runtime.now,
+            run_lease=self.run_lease,
+            sender=self,
+            late_after=config.late_after,
         )
         self.publisher = Publisher(self.app, self.retry_delay)
         self.resender = Resender(
@@ -160,7 +165,9 @@ class Dispatcher:
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
             )
         self.resender.resend(now)
-        return self._sleep_after(self.runtime.now())
+        done = self.runtime.now()
+        self.lease.ticked(done)  # the heartbeat `celery durable health` reads (O3)
+        return self._sleep_after(done)
 
     def load(self, now: datetime) -> None:
         """Read the index and the events stored since (C4); nothing is decided before this."""

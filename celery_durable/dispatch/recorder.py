@@ -41,7 +41,8 @@ class Recording:
 class Recorder:
     """Turns commands into stored schedule events, one transaction per round.
 
-    ``sender`` is what the observability signals name as their sender (the dispatcher).
+    ``sender`` is what the observability signals name as their sender (the dispatcher);
+    ``late_after`` the seconds after which a decided run counts as late (O4).
     """
 
     def __init__(
@@ -52,12 +53,14 @@ class Recorder:
         *,
         run_lease: float,
         sender: object,
+        late_after: float | None = None,
     ) -> None:
         self.journal = journal
         self.cache = cache
         self.clock = clock
         self.run_lease = run_lease
         self.sender = sender
+        self.late_after = late_after
         self.writer: ThreadPoolExecutor | None = None
 
     def decide(
@@ -125,7 +128,7 @@ class Recorder:
                 if rows:
                     cache.row_version[sid] = state.version
                 for event in events:
-                    signals.announce(self.sender, sid, event)
+                    signals.announce(self.sender, sid, event, late_after=self.late_after)
                     missed += isinstance(event, RunsMissed)
             return missed
         return 0

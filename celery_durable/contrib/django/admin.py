@@ -75,6 +75,28 @@ def local_text(moment: datetime | None) -> str:
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def user_of(request: HttpRequest) -> str | None:
+    """The logged-in user's name, the author stored with a command (O5)."""
+    user = getattr(request, "user", None)
+    name = user.get_username() if user is not None and user.is_authenticated else ""
+    return name or None
+
+
+def audit_of(request: HttpRequest) -> dict[str, str | None]:
+    """``by`` and ``reason`` of a command made from a list action or a button (O5)."""
+    reason = request.POST.get("reason", "").strip()
+    return {"by": user_of(request), "reason": reason or None}
+
+
+def late_text(view: ScheduleView, now: datetime, late_after: float) -> str | None:
+    """ "due 95 s ago" when a due time has waited longer than ``durable_late_after`` (O4)."""
+    since = view.waiting_since(now)
+    if since is None:
+        return None
+    waited = (now - since).total_seconds()
+    return f"due {waited:.0f} s ago" if waited > late_after else None
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -203,6 +225,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             "resume": self.resume_view,
             "trigger": self.trigger_view,
             "delete": self.delete_view,
+            "history": self.history_view,
             "change": self.change_view,
         }
         return [
@@ -266,10 +289,12 @@ class ScheduleAdmin(admin.ModelAdmin):
             needle = query.lower()
             views = [v for v in views if needle in v.id.lower() or needle in v.task.lower()]
         page = Paginator(views, PER_PAGE).get_page(request.GET.get("p"))
+        now, late_after = durable.now(), durable.config.late_after
         rows = [
             {
                 "view": v,
                 "status": status_of(v),
+                "late": late_text(v, now, late_after),
                 "url": self._url("change", v.id),
                 "rule": breakable(v.rule.describe()),
                 "task": breakable(v.task),
@@ -330,11 +355,12 @@ class ScheduleAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(back)
 
     def _apply(self, request: HttpRequest, durable: Durable, action: str, ids: list[str]) -> None:
-        command: Callable[[str], Any] = getattr(durable.schedules, action)
+        command: Callable[..., Any] = getattr(durable.schedules, action)
         done, verb = [], {"pause": "Paused", "resume": "Resumed", "delete": "Deleted"}
+        audit = audit_of(request)  # O5: the logged-in user and the optional reason
         for sid in ids:
             try:
-                result = command(sid)
+                result = command(sid, **audit)
             except DurableError as exc:
                 self.message_user(request, f"Could not {action} {sid}: {exc}", messages.ERROR)
                 continue
@@ -359,7 +385,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             raise PermissionDenied
         durable = self.durable()
         form = ScheduleForm(request.POST or None, creating=True)
-        if request.method == "POST" and form.is_valid() and form.save(durable):
+        if request.method == "POST" and form.is_valid() and form.save(durable, by=user_of(request)):
             sid = form.cleaned_data["id"]
             self.message_user(request, f"Created schedule {sid}.", messages.SUCCESS)
             if "_addanother" in request.POST:
@@ -386,7 +412,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             if not editable:
                 raise PermissionDenied
             form = ScheduleForm(request.POST, initial=ScheduleForm.initial_of(view), creating=False)
-            if form.is_valid() and form.save(durable):
+            if form.is_valid() and form.save(durable, by=user_of(request)):
                 self.message_user(request, f"Changed schedule {view.id}.", messages.SUCCESS)
                 if "_continue" in request.POST:
                     return HttpResponseRedirect(self._url("change", view.id))
@@ -418,7 +444,8 @@ class ScheduleAdmin(admin.ModelAdmin):
             not_enqueued=sum(1 for row in shown_runs if row.state == "decided"),
             more_runs=not all_runs and len(runs) > RUNS_SHOWN,
             urls={
-                name: self._url(name, view.id) for name in ("pause", "resume", "trigger", "delete")
+                name: self._url(name, view.id)
+                for name in ("pause", "resume", "trigger", "delete", "history")
             },
             **self._choices(durable),
         )
@@ -447,6 +474,36 @@ class ScheduleAdmin(admin.ModelAdmin):
             change_url=self._url("change", ids[0]) if single else None,
         )
         return TemplateResponse(request, self.delete_template, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The admin's "History" page: the schedule's commands from the journal (O5)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        view = self._load(durable, object_id)
+        entries = [
+            {
+                "entry": e,
+                "at_utc": utc_text(e.at),
+                "at_local": local_text(e.at),
+                "changes": [
+                    (name, _short(before), _short(after))
+                    for name, (before, after) in e.changes.items()
+                ],
+            }
+            for e in durable.schedules.history(view.id)
+        ]
+        context = self._context(
+            request,
+            f"History of schedule {view.id}",
+            view=view,
+            entries=entries,
+            change_url=self._url("change", view.id),
+            **(extra_context or {}),
+        )
+        return TemplateResponse(request, "celery_durable/admin/schedule_history.html", context)
 
     def _object_action(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         if request.method != "POST":  # these change state: never on a GET

@@ -236,6 +236,13 @@ class ScheduleForm(forms.Form):
         '"kwargs": {}, …}',
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"}),
     )
+    reason = forms.CharField(
+        label="Reason",
+        required=False,
+        max_length=1000,
+        help_text="Optional: why, kept in the schedule's history with your user name (O5).",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
 
     def __init__(self, *args: Any, creating: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -357,15 +364,18 @@ class ScheduleForm(forms.Form):
 
     # Saving ------------------------------------------------------------------------------------
 
-    def save(self, durable: Durable) -> bool:
-        """Create or change the schedule; ``False`` (with the error on the form) when refused."""
+    def save(self, durable: Durable, *, by: str | None = None) -> bool:
+        """Create or change the schedule; ``False`` (with the error on the form) when refused.
+
+        ``by`` (the logged-in user) and the form's reason are stored with the command (O5).
+        """
         data = self.cleaned_data
         args = (data["id"], data["task"].strip(), data["input"], self.rule, data["catch_up"])
         options = dict(data["options"], overlap=data["overlap"])
         options.update({name: data.get(name) for name in POLICY_FIELDS})
         command = durable.schedules.create if self.creating else durable.schedules.change
         try:
-            command(*args, **options)
+            command(*args, by=by, reason=data.get("reason") or None, **options)
         except DurableError as exc:
             self.add_library_error(exc)
             return False
@@ -389,8 +399,10 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
-        if where in ("catch_up", "overlap", "task", "input", "options", *POLICY_FIELDS):
+        if where in ("catch_up", "overlap", "task", "input", "options", "reason", *POLICY_FIELDS):
             return where
+        if where == "by":  # the user name: not a field of the form
+            return None
         message = str(exc)
         if where in self.cleaned_data.get("options", {}) or message.startswith(
             ("option", "unknown option")

@@ -49,6 +49,7 @@ __all__ = [
     "ddl",
     "ensure_schema",
     "events",
+    "heartbeats",
     "leases",
     "metadata",
     "migration",
@@ -179,6 +180,20 @@ leases = Table(
     Column("name", String(64), primary_key=True),
     Column("owner", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
+    **_MYSQL_TABLE,
+)
+
+#: The lease holder's heartbeat (O3), beside its lease row: when it took the lease and when it
+#: last completed a tick. Written on taking the lease, after its first tick and with each
+#: renewal, never more often; read by ``celery durable health`` and the health gauges. A table of
+#: its own, so journals written before it gain it on their next start (no migration).
+heartbeats = Table(
+    "celery_durable_heartbeats",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("taken_at", UtcDateTime, nullable=False),
+    Column("ticked_at", UtcDateTime, nullable=True),
     **_MYSQL_TABLE,
 )
 
