@@ -1,0 +1,182 @@
+"""A django-celery-beat database with rows of every kind, and the peer's own due times.
+
+Run in a subprocess (Django's settings can be configured once per process):
+``python -m tests.support.beat_rows DB_PATH BASE_ISO DAYS [bad]``. It creates django-celery-beat's
+tables with its own migrations in the SQLite file ``DB_PATH``, saves the rows through its
+models, then asks django-celery-beat's ``ModelEntry`` — with only its clock replaced by a
+simulated one — when it would send each row over ``DAYS`` days from ``BASE``, and with which
+options. Prints JSON: ``{name: {"due": [iso…], "options": {…}}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from datetime import datetime, timedelta, timezone
+
+NAMES_LONG = "Еженедельный отчёт о продажах по всем регионам и филиалам компании"
+
+
+def setup(db_path: str) -> None:
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["django_celery_beat"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db_path}},
+        USE_TZ=True,
+        TIME_ZONE="Europe/Oslo",
+        CELERY_TIMEZONE="Europe/Oslo",
+    )
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", "django_celery_beat", verbosity=0, interactive=False)
+
+
+def make_rows(base: datetime, bad: bool) -> None:
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    def every(n: int, period: str) -> IntervalSchedule:
+        return IntervalSchedule.objects.get_or_create(every=n, period=period)[0]
+
+    def cron(expr: str, zone: str) -> CrontabSchedule:
+        minute, hour, dom, month, dow = expr.split()
+        return CrontabSchedule.objects.create(
+            minute=minute,
+            hour=hour,
+            day_of_month=dom,
+            month_of_year=month,
+            day_of_week=dow,
+            timezone=zone,
+        )
+
+    rows = [
+        dict(
+            name="every-5-min",
+            interval=every(5, "minutes"),
+            args='[1, "x", {"__type__": "datetime", "__value__": "2026-01-02T03:04:05"}]',
+            kwargs='{"a": 1}',
+            queue="reports",
+            headers='{"h": "v"}',
+            last_run_at=base - timedelta(minutes=2),
+        ),
+        dict(name="cron-both-days", crontab=cron("0 9 1-7 * mon", "Europe/Oslo")),
+        dict(
+            name="clocked",
+            clocked=ClockedSchedule.objects.create(clocked_time=base + timedelta(days=1)),
+            one_off=True,
+        ),
+        dict(
+            name="solar",
+            solar=SolarSchedule.objects.create(event="sunrise", latitude=59.91, longitude=10.75),
+        ),
+        dict(name="one-off-interval", interval=every(5, "minutes"), one_off=True),
+        dict(name="disabled", interval=every(1, "hours"), enabled=False),
+        dict(
+            name="starts-later",
+            interval=every(1, "hours"),
+            start_time=base + timedelta(hours=3, minutes=10),
+        ),
+        dict(
+            name="cron-starts-later",
+            crontab=cron("30 8 * * *", "America/New_York"),
+            start_time=base + timedelta(days=1),
+        ),
+        dict(
+            name="expires",
+            crontab=cron("*/15 * * * *", "UTC"),
+            expires=base + timedelta(hours=5),
+        ),
+        dict(name="expire-seconds", interval=every(10, "minutes"), expire_seconds=30),
+        dict(
+            name="routing",
+            interval=every(10, "minutes"),
+            exchange="ex",
+            routing_key="rk",
+            priority=9,
+            last_run_at=base - timedelta(seconds=20),
+        ),
+        dict(name=NAMES_LONG, interval=every(2, "hours"), description="the weekly sales report"),
+    ]
+    if bad:
+        rows += [
+            dict(name="half-second", interval=every(500000, "microseconds")),
+            dict(name="bad-cron", crontab=cron("61 * * * *", "UTC")),
+        ]
+    for row in rows:
+        last = row.pop("last_run_at", None)
+        task = PeriodicTask.objects.create(task="proj.work", **row)
+        # date_changed is set on save (auto_now): the rows were last changed an hour ago.
+        PeriodicTask.objects.filter(pk=task.pk).update(
+            last_run_at=last, date_changed=base - timedelta(hours=1)
+        )
+
+
+def oracle(base: datetime, days: float) -> dict[str, object]:
+    """When django-celery-beat's own ``ModelEntry`` sends each row, on a simulated clock."""
+    from celery import Celery
+    from django_celery_beat import models, schedulers, tzcrontab
+    from django_celery_beat.models import PeriodicTask
+    from django_celery_beat.schedulers import ModelEntry
+
+    clock = {"now": base}
+    app = Celery("oracle", set_as_current=True)
+    app.conf.timezone = "Europe/Oslo"
+    app.now = lambda: clock["now"]
+    models.now = lambda: clock["now"]
+    tzcrontab.TzAwareCrontab.nowfunc = lambda self: clock["now"].astimezone(self.tz)
+    schedulers.ModelEntry._default_now = lambda self: clock["now"].astimezone(app.timezone)
+    end = base + timedelta(days=days)
+    found: dict[str, object] = {}
+    for model in PeriodicTask.objects.order_by("name"):
+        clock["now"] = base
+        entry = ModelEntry(model, app=app)
+        if entry.schedule is not None and hasattr(entry.schedule, "nowfun"):
+            entry.schedule.nowfun = lambda: clock["now"]
+        options = {k: v for k, v in entry.options.items()}
+        due = []
+        while clock["now"] < end:
+            is_due, wait = entry.is_due()
+            if is_due:
+                due.append(clock["now"].astimezone(timezone.utc).isoformat())
+                entry = next(entry)
+                if hasattr(entry.schedule, "nowfun"):
+                    entry.schedule.nowfun = lambda: clock["now"]
+                is_due, wait = entry.is_due()
+            if wait >= 10**7:
+                break
+            clock["now"] += timedelta(seconds=max(float(wait), 0.001))
+        found[model.name] = {
+            "due": due,
+            "options": json.loads(json.dumps(options, default=str)),
+            "args": entry.args,
+            "kwargs": entry.kwargs,
+        }
+    return found
+
+
+def main() -> None:
+    db_path, base_text, days = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    bad = len(sys.argv) > 4 and sys.argv[4] == "bad"
+    base = datetime.fromisoformat(base_text)
+    setup(db_path)
+    make_rows(base, bad)
+    # The oracle's ModelEntry writes to its rows (it disables expired and one-off ones): the
+    # import reads the rows as they were saved, in a copy.
+    shutil.copy(db_path, db_path + ".rows")
+    if bad:
+        print("{}")
+        return
+    print(json.dumps(oracle(base, days), default=str))
+
+
+if __name__ == "__main__":
+    main()

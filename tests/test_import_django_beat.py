@@ -1,0 +1,270 @@
+"""``celery durable import django-celery-beat`` against django-celery-beat itself (SPEC I1).
+
+django-celery-beat 2.9 creates its tables with its own migrations and saves rows of every
+kind through its models, in a subprocess (Django's settings are configured once per process:
+tests/support/beat_rows.py). The same subprocess asks the peer's ``ModelEntry`` — with only
+its clock simulated — when it sends each row over the next days and with which options: the
+oracle. Here the rows are imported by database URL (SQLAlchemy, no Django) into a journal on a
+fake clock, and the schedule aggregate decides the due times of the same days.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner
+
+from celery_durable import Durable
+from celery_durable.cli import main
+from celery_durable.core.schedule_aggregate import DecideDue, MarkStarted, decide, fold_all
+from celery_durable.core.schedule_events import RunDecided
+from celery_durable.importers import django_beat
+from celery_durable.importers.plan import run_import
+from celery_durable.message import IMPORTED, run_message
+from tests.support.beat_rows import NAMES_LONG
+from tests.support.clock import T0, FakeClock
+
+UTC = timezone.utc
+ROOT = Path(__file__).resolve().parent.parent
+DAYS = 40
+
+
+def make_rows(path: Path, bad: bool = False) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.beat_rows", str(path), T0.isoformat(), str(DAYS)]
+        + (["bad"] if bad else []),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("dcb") / "beat.db"
+    oracle = make_rows(path)
+    return f"sqlite:///{path}.rows", oracle
+
+
+@pytest.fixture(scope="module")
+def bad_rows(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("dcb-bad") / "beat.db"
+    make_rows(path, bad=True)
+    return f"sqlite:///{path}.rows"
+
+
+def make_app() -> Celery:
+    app = Celery("import_tests", broker="memory://", set_as_current=False)
+    app.conf.timezone = "Europe/Oslo"
+
+    @app.task(name="proj.work", shared=False)
+    def work(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - messages are compared
+        return None
+
+    return app
+
+
+@pytest.fixture
+def durable(sqlite_url: str) -> Iterator[Durable]:
+    found = Durable(make_app(), sqlite_url, clock=FakeClock(T0))
+    yield found
+    found.close()
+
+
+def import_rows(durable: Durable, url: str, **kwargs: Any) -> Any:
+    entries, unreadable = django_beat.entries(django_beat.rows_from_url(url))
+    return run_import(
+        durable.runtime,
+        durable.schedules,
+        entries,
+        source=django_beat.SOURCE,
+        unreadable=unreadable,
+        **kwargs,
+    )
+
+
+def decided(durable: Durable, sid: str, until: datetime) -> list[RunDecided]:
+    """The runs the aggregate decides for ``sid`` from now to ``until``, each when due."""
+    state = durable.schedules.store.load(sid)
+    runs: list[RunDecided] = []
+    while True:
+        due = state.next_due()
+        if due is None or due >= until:
+            return runs
+        now = max(due, T0)
+        events = decide(state, DecideDue(now=now))
+        state = fold_all(state, events)
+        for event in events:
+            if isinstance(event, RunDecided):
+                runs.append(event)
+                state = fold_all(state, decide(state, MarkStarted(due=event.due, now=now)))
+
+
+def test_every_row_runs_when_django_celery_beat_would_run_it(
+    durable: Durable, rows: tuple[str, dict[str, Any]]
+) -> None:
+    url, oracle = rows
+    result = import_rows(durable, url)
+    assert not result.refused, [i.to_json() for i in result.refused]
+    ids = {i.name: i.schedule_id for i in result.items}
+    assert set(ids) == set(oracle)
+    assert ids[NAMES_LONG] != NAMES_LONG and ids[NAMES_LONG].startswith("entry-")
+    until = T0 + timedelta(days=DAYS)
+    compared = 0
+    for name, expected in oracle.items():
+        sid = ids[name]
+        runs = decided(durable, sid, until)
+        # Sent when due, or at once when overdue: the moment the run is sent.
+        ours = [max(r.due, T0) for r in runs]
+        theirs = [datetime.fromisoformat(t) for t in expected["due"]]
+        if name == "solar":  # both compute the sunrise with ephem: equal to the millisecond
+            assert len(ours) == len(theirs)
+            gaps = [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
+            assert max(gaps) < timedelta(seconds=1), gaps
+        else:
+            assert ours == theirs, name
+        compared += len(theirs)
+        if runs:
+            message = run_message(sid, _pending(durable, sid, runs[0]), durable=False)
+            sent = dict(
+                message.options,
+                headers={k: v for k, v in message.headers.items() if not k.startswith("durable_")},
+            )
+            sent["headers"].pop("celery_beat_task")
+            theirs_options = expected["options"]
+            if "expires" in sent and not isinstance(sent["expires"], int):
+                sent["expires"] = str(sent["expires"])
+            assert sent == theirs_options, name
+            assert message.args == json.loads(json.dumps(expected["args"], default=str)) or (
+                name == "every-5-min"
+            )
+            assert message.kwargs == expected["kwargs"]
+    assert compared > 1000
+
+
+def _pending(durable: Durable, sid: str, run: RunDecided) -> Any:
+    from celery_durable.core.schedule_aggregate import PendingRun
+
+    return PendingRun(
+        due=run.due, run_id=run.run_id, task=run.task, input=run.input, options=run.options
+    )
+
+
+def test_every_field_is_carried(durable: Durable, rows: tuple[str, dict[str, Any]]) -> None:
+    url, _ = rows
+    import_rows(durable, url)
+    state = durable.schedules.state
+    assert state("disabled").paused
+    assert state("one-off-interval").rule.max_runs == 1
+    assert state("expires").rule.end_at == T0 + timedelta(hours=5) - timedelta(microseconds=1)
+    assert state("clocked").rule.describe().startswith("once at 2026-11-03T12:00:00")
+    assert state("cron-both-days").rule.describe() == 'crontab "0 9 1-7 * 1" Europe/Oslo'
+    sid = django_beat_id(NAMES_LONG)
+    marker = state(sid).options[IMPORTED]
+    assert marker == {
+        "source": "django-celery-beat",
+        "name": NAMES_LONG,
+        "description": "the weekly sales report",
+    }
+    every = state("every-5-min")
+    assert every.anchor == T0 - timedelta(minutes=2)  # timing continues from last_run_at
+    assert every.options["queue"] == "reports"
+    assert every.options["headers"] == {"h": "v", "periodic_task_name": "every-5-min"}
+
+
+def django_beat_id(name: str) -> str:
+    from celery_durable.core.ids import schedule_id_for_name
+
+    return schedule_id_for_name(name, "proj.work")
+
+
+def test_a_second_run_changes_only_what_changed(
+    durable: Durable, rows: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    url, _ = rows
+    first = import_rows(durable, url)
+    assert {i.action for i in first.items} == {"create", "skip"} or {
+        i.action for i in first.items
+    } == {"create"}
+    versions = {v.id: v.version for v in durable.schedules.list()}
+    again = import_rows(durable, url)
+    assert {i.action for i in again.items} <= {"unchanged", "skip"}
+    assert {v.id: v.version for v in durable.schedules.list()} == versions
+    # A row disabled after the first import pauses its schedule; enabled again, resumes it.
+    path = url.removeprefix("sqlite:///")
+    _sql(path, "UPDATE django_celery_beat_periodictask SET enabled = 0 WHERE name = 'routing'")
+    _sql(path, "UPDATE django_celery_beat_periodictask SET queue = 'q2' WHERE name = 'clocked'")
+    third = import_rows(durable, url)
+    actions = {i.name: i.action for i in third.items}
+    assert actions["routing"] == "pause" and actions["clocked"] == "change"
+    assert [c for i in third.items if i.name == "clocked" for c in i.changes] == ["option queue"]
+    assert durable.schedules.state("routing").paused
+    assert durable.schedules.state("clocked").options["queue"] == "q2"
+    _sql(path, "UPDATE django_celery_beat_periodictask SET enabled = 1 WHERE name = 'routing'")
+    _sql(path, "DELETE FROM django_celery_beat_periodictask WHERE name = 'starts-later'")
+    fourth = import_rows(durable, url)
+    assert {i.name: i.action for i in fourth.items}["routing"] == "resume"
+    assert not durable.schedules.state("routing").paused
+    assert [i.schedule_id for i in fourth.removed] == ["starts-later"]
+    assert durable.schedules.state("starts-later").paused
+
+
+def _sql(path: str, statement: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute(statement)
+
+
+def test_bad_rows_all_or_nothing(durable: Durable, bad_rows: str) -> None:
+    result = import_rows(durable, bad_rows)
+    refused = {i.name: i.error for i in result.refused}
+    assert set(refused) == {"half-second", "bad-cron"}
+    assert "R3" in refused["half-second"] and "1 second" in refused["half-second"]
+    assert "61" in refused["bad-cron"]
+    assert durable.schedules.list() == []  # nothing half-stored
+    skipped = import_rows(durable, bad_rows, skip_invalid=True)
+    assert len(durable.schedules.list()) == len(skipped.items) - 2
+    assert not any(v.id in ("half-second", "bad-cron") for v in durable.schedules.list())
+
+
+def test_the_cli_dry_run_table_and_json(
+    rows: tuple[str, dict[str, Any]], bad_rows: str, sqlite_url: str, monkeypatch: Any
+) -> None:
+    url, _ = rows
+    monkeypatch.setenv("CELERY_DURABLE_URL", sqlite_url)
+    app_module = "tests.test_import_django_beat:cli_app"
+    runner = CliRunner()
+    dry = runner.invoke(
+        main, ["-A", app_module, "import", "django-celery-beat", "--database-url", url, "--dry-run"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert "row" in dry.output and "next (UTC)" in dry.output and "dry run" in dry.output
+    assert "name breaks S1 → schedule ID entry-" in dry.output
+    assert "one_off → at most 1 run" in dry.output
+    as_json = runner.invoke(
+        main,
+        ["-A", app_module, "import", "django-celery-beat", "--database-url", url, "--json"],
+    )
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert data["applied"] and data["counts"] == {"create": 10, "skip": 1}  # "expires" is over
+    bad = runner.invoke(
+        main, ["-A", app_module, "import", "django-celery-beat", "--database-url", bad_rows]
+    )
+    assert bad.exit_code == 2
+    assert "REFUSED" in bad.output and "nothing stored" in bad.output
+
+
+cli_app = make_app()
