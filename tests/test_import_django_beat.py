@@ -268,3 +268,37 @@ def test_the_cli_dry_run_table_and_json(
 
 
 cli_app = make_app()
+
+
+def test_the_management_command_inside_a_django_project(tmp_path: Path) -> None:
+    """``manage.py durable_import_beat`` reads the rows through Django's ORM (I1)."""
+    journal = f"sqlite:///{tmp_path / 'journal.db'}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.beat_rows",
+            str(tmp_path / "site.db"),
+            T0.isoformat(),
+            "1",
+            "manage",
+            journal,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    dry, first, again = json.loads(done.stdout)
+    assert not json.loads(dry)["applied"]
+    stored = json.loads(first)
+    assert stored["applied"] and stored["counts"]["create"] == 11
+    assert {e["name"] for e in stored["entries"]} >= {NAMES_LONG, "cron-both-days", "solar"}
+    # The rows were written for T0, a month ago: "expires" is over.
+    assert "django-celery-beat: 1 skip, 11 unchanged (nothing to store)" in again, again
+    found = Durable(make_app(), journal)
+    try:
+        assert {v.options[IMPORTED]["name"] for v in found.schedules.list()} >= {NAMES_LONG}
+    finally:
+        found.close()

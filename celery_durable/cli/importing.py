@@ -197,7 +197,12 @@ def report_table(result: Any) -> str:
 
 def summary(result: Any, dry_run: bool) -> str:
     counts = ", ".join(f"{n} {action}" for action, n in sorted(result.counts().items()))
-    state = (
-        "dry run: nothing stored" if dry_run else ("stored" if result.applied else "nothing stored")
-    )
+    if dry_run:
+        state = "dry run: nothing stored"
+    elif not result.applied:
+        state = "nothing stored"
+    elif set(result.counts()) <= {"unchanged", "skip"}:
+        state = "nothing to store"
+    else:
+        state = "stored"
     return f"{result.source}: {counts or 'no entries'} ({state})"

@@ -485,6 +485,9 @@ def _compare(
         elif item.paused is not None and item.action == UNCHANGED:
             item.action = PAUSE
     item.next_due = None if item.paused else _next_due(folded)
+    if item.next_due is not None and item.next_due < now:
+        item.next_due = now
+        item.notes.append("overdue: runs at once (catch-up: latest)")
 
 
 _OUR_PAUSES = ("disabled in ", "removed from ", "one-off entry already ran")

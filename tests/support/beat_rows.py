@@ -1,11 +1,13 @@
 """A django-celery-beat database with rows of every kind, and the peer's own due times.
 
 Run in a subprocess (Django's settings can be configured once per process):
-``python -m tests.support.beat_rows DB_PATH BASE_ISO DAYS [bad]``. It creates django-celery-beat's
-tables with its own migrations in the SQLite file ``DB_PATH``, saves the rows through its
-models, then asks django-celery-beat's ``ModelEntry`` — with only its clock replaced by a
-simulated one — when it would send each row over ``DAYS`` days from ``BASE``, and with which
-options. Prints JSON: ``{name: {"due": [iso…], "options": {…}}}``.
+``python -m tests.support.beat_rows DB_PATH BASE_ISO DAYS [bad | manage JOURNAL_URL]``.
+It creates django-celery-beat's tables with its own migrations in the SQLite file
+``DB_PATH``, saves the rows through its models, then asks django-celery-beat's
+``ModelEntry`` (only its clock replaced by a simulated one) when it would send each row over
+``DAYS`` days from ``BASE``, and with which options. Prints JSON:
+``{name: {"due": [iso…], "options": {…}}}``. With ``manage``, the project also has
+celery_durable's Django integration and runs ``durable_import_beat`` (prints its outputs).
 """
 
 from __future__ import annotations
@@ -18,21 +20,65 @@ from datetime import datetime, timedelta, timezone
 NAMES_LONG = "Еженедельный отчёт о продажах по всем регионам и филиалам компании"
 
 
-def setup(db_path: str) -> None:
+def setup(db_path: str, journal: str | None = None) -> None:
+    """Django with django-celery-beat (and, given a journal, celery_durable's integration)."""
     import django
     from django.conf import settings
 
+    apps = ["django_celery_beat"]
+    extra: dict[str, object] = {}
+    if journal is not None:
+        apps += [
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "celery_durable.contrib.django",
+        ]
+        extra = {"CELERY_DURABLE_APP": "tests.support.beat_rows:app", "CELERY_DURABLE_URL": journal}
     settings.configure(
-        INSTALLED_APPS=["django_celery_beat"],
+        INSTALLED_APPS=apps,
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db_path}},
         USE_TZ=True,
         TIME_ZONE="Europe/Oslo",
         CELERY_TIMEZONE="Europe/Oslo",
+        **extra,
     )
     django.setup()
     from django.core.management import call_command
 
-    call_command("migrate", "django_celery_beat", verbosity=0, interactive=False)
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def _project_app() -> object:
+    from celery import Celery
+
+    project = Celery("beat_rows", broker="memory://", set_as_current=False)
+    project.conf.timezone = "Europe/Oslo"
+
+    @project.task(name="proj.work", shared=False)
+    def work(*args: object, **kwargs: object) -> None:  # pragma: no cover - not run
+        return None
+
+    return project
+
+
+app = _project_app()
+"""The project's Celery app (``CELERY_DURABLE_APP``) when run with a journal."""
+
+
+def manage(db_path: str, base: datetime, journal: str) -> None:
+    """``manage.py durable_import_beat`` in the project: a dry run, an import, and again."""
+    import io
+
+    from django.core.management import call_command
+
+    setup(db_path, journal)
+    make_rows(base, bad=False)
+    outputs = []
+    for args in (["--dry-run", "--json"], ["--json"], []):
+        out = io.StringIO()
+        call_command("durable_import_beat", *args, stdout=out)
+        outputs.append(out.getvalue())
+    print(json.dumps(outputs))
 
 
 def make_rows(base: datetime, bad: bool) -> None:
@@ -167,6 +213,9 @@ def main() -> None:
     db_path, base_text, days = sys.argv[1], sys.argv[2], float(sys.argv[3])
     bad = len(sys.argv) > 4 and sys.argv[4] == "bad"
     base = datetime.fromisoformat(base_text)
+    if len(sys.argv) > 5 and sys.argv[4] == "manage":
+        manage(db_path, base, sys.argv[5])
+        return
     setup(db_path)
     make_rows(base, bad)
     # The oracle's ModelEntry writes to its rows (it disables expired and one-off ones): the

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.management.base import CommandParser
+
 from celery_durable.contrib.django.management.commands.durable_schedules import (
     Command as SchedulesCommand,
 )
@@ -22,3 +24,16 @@ class Command(SchedulesCommand):
         from celery_durable.cli.importing import import_group
 
         return import_group, ["django-celery-beat"]
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        # For call_command("durable_import_beat", "--dry-run"): from the command line click
+        # parses the arguments itself (run_from_argv).
+        for flag in FLAGS:
+            parser.add_argument(flag, action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        given = [f for f in FLAGS if options.get(f[2:].replace("-", "_"))]
+        super().handle(*args, *given, **options)
+
+
+FLAGS = ("--dry-run", "--skip-invalid", "--json")
