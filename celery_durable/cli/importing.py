@@ -201,7 +201,7 @@ def summary(result: Any, dry_run: bool) -> str:
         state = "dry run: nothing stored"
     elif not result.applied:
         state = "nothing stored"
-    elif set(result.counts()) <= {"unchanged", "skip"}:
+    elif set(result.counts()) - {"refused"} <= {"unchanged", "skip"}:
         state = "nothing to store"
     else:
         state = "stored"
