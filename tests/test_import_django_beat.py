@@ -302,3 +302,40 @@ def test_the_management_command_inside_a_django_project(tmp_path: Path) -> None:
         assert {v.options[IMPORTED]["name"] for v in found.schedules.list()} >= {NAMES_LONG}
     finally:
         found.close()
+
+
+def test_since_is_an_optional_field_of_created_and_changed() -> None:
+    """An imported schedule's timing continues from its source (I1); the field is optional,
+    so events stored without it read and fold as before (SPEC §9)."""
+    from celery_durable.core.rules import Every
+    from celery_durable.core.schedule_aggregate import Change, ScheduleState
+    from celery_durable.core.schedule_events import (
+        Content,
+        ScheduleChanged,
+        ScheduleCreated,
+        from_data,
+        to_data,
+    )
+
+    content = Content(task="t", input=None, rule=Every(timedelta(minutes=5)))
+    created = ScheduleCreated(at=T0, content=content, since=T0 - timedelta(minutes=2))
+    data = to_data(created)
+    assert data["since"] == "2026-11-02T11:58:00.000000Z"
+    assert from_data("ScheduleCreated", data) == created
+    old = to_data(ScheduleCreated(at=T0, content=content))
+    assert "since" not in old and from_data("ScheduleCreated", old).since is None
+    state = fold_all(ScheduleState(schedule_id="s"), [created])
+    assert state.anchor == T0 - timedelta(minutes=2) and state.next_due() == T0 + timedelta(
+        minutes=3
+    )
+    # A run decided at T0+3m: a re-import from an older last run never goes back before it.
+    state = fold_all(state, decide(state, DecideDue(now=T0 + timedelta(minutes=3))))
+    assert state.last_decided == T0 + timedelta(minutes=3)
+    again = Change(content=content, now=T0 + timedelta(minutes=4), since=T0 - timedelta(hours=1))
+    events = decide(state, again)
+    assert [type(e) for e in events] == [ScheduleChanged]
+    state = fold_all(state, events)
+    assert state.cursor == T0 + timedelta(minutes=3)
+    assert state.next_due() == T0 + timedelta(minutes=5)  # on the grid of the given last run
+    # The same content and last run again: nothing to store (A2).
+    assert decide(state, again) == []
