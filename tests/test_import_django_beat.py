@@ -339,3 +339,42 @@ def test_since_is_an_optional_field_of_created_and_changed() -> None:
     assert state.next_due() == T0 + timedelta(minutes=5)  # on the grid of the given last run
     # The same content and last run again: nothing to store (A2).
     assert decide(state, again) == []
+
+
+def _comparable(entry: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from celery_durable.importers.plan import rule_of
+
+    found = {k: v for k, v in asdict(entry).items() if k != "schedule"}
+    try:
+        found["rule"] = rule_of(entry.schedule, make_app(), entry.name).to_json()
+    except ValueError as exc:  # the half-second interval: refused alike
+        found["rule"] = str(exc)
+    return found
+
+
+@pytest.mark.parametrize("database", ["postgres", "mysql"])
+def test_the_url_reader_reads_the_same_rows_from_every_database(
+    database: str, request: pytest.FixtureRequest, bad_rows: str
+) -> None:
+    """The rows saved by django-celery-beat on PostgreSQL and MariaDB read as on SQLite."""
+    url = request.getfixturevalue("pg_url" if database == "postgres" else "mysql_url")
+    make_rows_at(url)
+    theirs, refused = django_beat.entries(django_beat.rows_from_url(url))
+    ours, refused_here = django_beat.entries(django_beat.rows_from_url(bad_rows))
+    assert refused.keys() == refused_here.keys() == {"bad-cron"}
+    by_name = sorted(theirs, key=lambda e: e.name), sorted(ours, key=lambda e: e.name)
+    assert [_comparable(e) for e in by_name[0]] == [_comparable(e) for e in by_name[1]]
+    assert len(theirs) == 13
+
+
+def make_rows_at(url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.beat_rows", url, T0.isoformat(), "1", "bad"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

@@ -20,6 +20,33 @@ from datetime import datetime, timedelta, timezone
 NAMES_LONG = "Еженедельный отчёт о продажах по всем регионам и филиалам компании"
 
 
+def database(where: str) -> dict[str, object]:
+    """Django's DATABASES entry of a SQLite path or a PostgreSQL/MySQL SQLAlchemy URL."""
+    if "://" not in where:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": where}
+    from sqlalchemy.engine import make_url
+
+    url = make_url(where)
+    found: dict[str, object] = {
+        "NAME": url.database,
+        "USER": url.username or "",
+        "PASSWORD": url.password or "",
+        "HOST": url.host or "",
+        "PORT": str(url.port or ""),
+    }
+    if url.get_backend_name() == "postgresql":
+        options = url.query.get("options")
+        found.update(ENGINE="django.db.backends.postgresql")
+        if options:
+            found["OPTIONS"] = {"options": options}
+    else:
+        import pymysql
+
+        pymysql.install_as_MySQLdb()  # Django's MySQL backend on the test extra's driver
+        found.update(ENGINE="django.db.backends.mysql", OPTIONS={"charset": "utf8mb4"})
+    return found
+
+
 def setup(db_path: str, journal: str | None = None) -> None:
     """Django with django-celery-beat (and, given a journal, celery_durable's integration)."""
     import django
@@ -36,7 +63,7 @@ def setup(db_path: str, journal: str | None = None) -> None:
         extra = {"CELERY_DURABLE_APP": "tests.support.beat_rows:app", "CELERY_DURABLE_URL": journal}
     settings.configure(
         INSTALLED_APPS=apps,
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db_path}},
+        DATABASES={"default": database(db_path)},
         USE_TZ=True,
         TIME_ZONE="Europe/Oslo",
         CELERY_TIMEZONE="Europe/Oslo",
@@ -220,7 +247,8 @@ def main() -> None:
     make_rows(base, bad)
     # The oracle's ModelEntry writes to its rows (it disables expired and one-off ones): the
     # import reads the rows as they were saved, in a copy.
-    shutil.copy(db_path, db_path + ".rows")
+    if "://" not in db_path:
+        shutil.copy(db_path, db_path + ".rows")
     if bad:
         print("{}")
         return
