@@ -378,3 +378,58 @@ def make_rows_at(url: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_real_worker_receives_what_django_celery_beat_would_send(
+    rows: tuple[str, dict[str, Any]], redis_url: str, sqlite_url: str
+) -> None:
+    """Imported rows, our dispatcher on a fake clock, a real worker on Redis (I1, B5)."""
+    from celery.contrib.testing.worker import start_worker
+
+    from tests.support.processes import wait_for
+
+    url, oracle = rows
+    seen: dict[str, dict[str, Any]] = {}
+    app = Celery("import_worker", broker=redis_url, set_as_current=False)
+    app.conf.update(timezone="Europe/Oslo", broker_connection_retry_on_startup=False)
+
+    @app.task(name="proj.work", bind=True, shared=False)
+    def work(self: Any, *args: Any, **kwargs: Any) -> None:
+        seen[self.request.get("periodic_task_name")] = {
+            "args": list(args),
+            "kwargs": kwargs,
+            "beat": self.request.get("celery_beat_task"),
+            "team": self.request.get("h"),
+            "expires": self.request.expires,
+            "id": self.request.id,
+        }
+
+    clock = FakeClock(T0)
+    found = Durable(app, sqlite_url, clock=clock)
+    try:
+        import_rows(found, url)
+        dispatcher = found.dispatcher()
+        dispatcher.tick()  # at T0: the rows due (or overdue) now
+        clock.set(T0 + timedelta(minutes=3))
+        dispatcher.tick()  # "every-5-min": one interval after its last_run_at
+        with start_worker(
+            app,
+            pool="solo",
+            perform_ping_check=False,
+            shutdown_timeout=30,
+            queues=["celery", "reports"],
+        ):
+            wait_for(lambda: {"every-5-min", "expire-seconds", "one-off-interval"} <= set(seen), 30)
+        dispatcher.close()
+    finally:
+        found.close()
+    report = seen["every-5-min"]
+    assert report["id"] == "every-5-min@2026-11-02T12:03:00.0000000Z"
+    assert report["beat"] is True and report["team"] == "v"
+    assert report["args"] == [1, "x", datetime(2026, 1, 2, 3, 4, 5)]  # kombu's typed JSON
+    assert report["kwargs"] == oracle["every-5-min"]["kwargs"]
+    # expire_seconds=30: the message expires 30 s after it was sent, as django-celery-beat's.
+    assert seen["expire-seconds"]["expires"] is not None
+    # "expires" was sent too, with its row's expiry (T0 + 5 h) as the message's: the worker's
+    # own clock is past it, so the worker discards it, as it would django-celery-beat's.
+    assert set(seen) == {"every-5-min", "expire-seconds", "one-off-interval"}
