@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from celery import Celery
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from celery_durable import Durable
 from celery_durable.cli import main
@@ -433,3 +435,52 @@ def test_a_real_worker_receives_what_django_celery_beat_would_send(
     # "expires" was sent too, with its row's expiry (T0 + 5 h) as the message's: the worker's
     # own clock is past it, so the worker discards it, as it would django-celery-beat's.
     assert set(seen) == {"every-5-min", "expire-seconds", "one-off-interval"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    minute=st.sampled_from(["0", "*/15", "5,35", "59", "10-20/5"]),
+    hour=st.sampled_from(["*", "9", "0-6", "22-2", "*/7"]),
+    day_of_month=st.sampled_from(["*", "1-7", "13", "28-31", "*/10"]),
+    month=st.sampled_from(["*", "1", "2,12", "11-3"]),
+    day_of_week=st.sampled_from(["*", "mon", "fri-sun", "0", "1-5"]),
+    zone=st.sampled_from(["UTC", "Asia/Tokyo", "Asia/Kolkata", "America/Sao_Paulo"]),
+    start=st.integers(min_value=0, max_value=500 * 24 * 60),
+)
+def test_crontab_rows_are_due_when_tzawarecrontab_is(
+    minute: str,
+    hour: str,
+    day_of_month: str,
+    month: str,
+    day_of_week: str,
+    zone: str,
+    start: int,
+) -> None:
+    """Generated crontab rows (both day fields, own zones): the imported rule's due times are
+    django-celery-beat's ``TzAwareCrontab``'s, computed by the peer itself (B2, I1)."""
+    from zoneinfo import ZoneInfo
+
+    from django_celery_beat.tzcrontab import TzAwareCrontab
+
+    from celery_durable.importers.plan import rule_of
+
+    row = {
+        "crontab_minute": minute,
+        "crontab_hour": hour,
+        "crontab_day_of_month": day_of_month,
+        "crontab_month_of_year": month,
+        "crontab_day_of_week": day_of_week,
+        "crontab_timezone": zone,
+    }
+    peer = TzAwareCrontab(minute, hour, day_of_week, day_of_month, month, tz=ZoneInfo(zone))
+    rule = rule_of(django_beat.schedule_of(row), CRON_APP, "generated")
+    moment = T0 + timedelta(minutes=start)
+    for _ in range(4):
+        last, delta, _now = peer.remaining_delta(moment.astimezone(peer.tz))
+        theirs = (last + delta).astimezone(UTC)
+        ours = rule.next_after(moment)
+        assert ours == theirs, (row, moment)
+        moment = theirs
+
+
+CRON_APP = make_app()
