@@ -203,8 +203,19 @@ def test_a_second_run_changes_only_what_changed(
     again = import_rows(durable, url)
     assert {i.action for i in again.items} <= {"unchanged", "skip"}
     assert {v.id: v.version for v in durable.schedules.list()} == versions
-    # A row disabled after the first import pauses its schedule; enabled again, resumes it.
+    # django-celery-beat ran a row again after the first import: its timing moves on.
     path = url.removeprefix("sqlite:///")
+    _sql(
+        path,
+        "UPDATE django_celery_beat_periodictask SET last_run_at = '2026-11-02 11:59:00' "
+        "WHERE name = 'every-5-min'",
+    )
+    moved = import_rows(durable, url)
+    assert [(i.name, i.action, i.changes) for i in moved.items if i.action != "unchanged"] == [
+        ("every-5-min", "change", ["last run"])
+    ]
+    assert durable.schedules.state("every-5-min").next_due == T0 + timedelta(minutes=4)
+    # A row disabled after the first import pauses its schedule; enabled again, resumes it.
     _sql(path, "UPDATE django_celery_beat_periodictask SET enabled = 0 WHERE name = 'routing'")
     _sql(path, "UPDATE django_celery_beat_periodictask SET queue = 'q2' WHERE name = 'clocked'")
     third = import_rows(durable, url)

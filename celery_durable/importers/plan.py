@@ -104,6 +104,9 @@ class Item:
     since: datetime | None = None
     paused: str | None = None
     """The reason the schedule is (to be) paused, or ``None``."""
+    source_since: datetime | None = None
+    """Where the source's own timing runs from (``since`` before an overdue interval is
+    moved to the import)."""
 
     def to_json(self) -> dict[str, Any]:
         due = self.next_due
@@ -233,6 +236,14 @@ def _since(
     return max(moment, EARLIEST)
 
 
+def _on_time(rule: Rule, since: datetime | None, now: datetime) -> datetime | None:
+    """An interval overdue at the import is due at once and counts on from the import, as
+    both sources count it from the run they make at once."""
+    if isinstance(rule, Every) and since is not None and since + rule.interval < now:
+        return now - rule.interval
+    return since
+
+
 def translate(
     runtime: Runtime, schedules: Schedules, entry: SourceEntry, source: str, where_from: str | None
 ) -> Item:
@@ -293,7 +304,8 @@ def translate(
     if end_at is not None and end_at < now:
         item.action = SKIP
         item.notes.append("expired: nothing left to run")
-    item.schedule_id, item.content, item.since = sid, content, since
+    item.schedule_id, item.content = sid, content
+    item.since, item.source_since = _on_time(rule, since, now), since
     item.rule = rule.describe()
     item.zone = getattr(rule, "zone", None) or str(runtime.app.timezone)
     if not entry.enabled:
@@ -450,10 +462,19 @@ def _compare(
             return
         assert state.content is not None
         item.changes = _diff(state.content, item.content)
-        # The source's last run moves the timing only while this schedule has run nothing.
+        # The source's timing moves the schedule's only while this schedule has run nothing,
+        # and only forward: the source ran again since the last import.
         since = item.since if state.runs_decided == 0 else None
-        if since is not None and since != state.anchor and not item.changes:
+        moved = (
+            since is not None
+            and item.source_since is not None
+            and state.anchor is not None
+            and item.source_since > state.anchor
+        )
+        if moved and not item.changes:
             item.changes.append("last run")
+        if not item.changes:
+            since = None
         if item.action == SKIP:
             item.action = UNCHANGED
             item.changes = []
