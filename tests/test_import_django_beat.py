@@ -11,6 +11,7 @@ fake clock, and the schedule aggregate decides the due times of the same days.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,6 +162,48 @@ def _pending(durable: Durable, sid: str, run: RunDecided) -> Any:
     return PendingRun(
         due=run.due, run_id=run.run_id, task=run.task, input=run.input, options=run.options
     )
+
+
+GENERATED = int(os.environ.get("CELERY_DURABLE_TEST_GENERATED_ROWS", "80"))
+
+
+def test_generated_rows_run_when_django_celery_beat_would_run_them(
+    durable: Durable, tmp_path: Path
+) -> None:
+    """Random interval and crontab rows (last runs, start times, one-offs, expiry) over four
+    days: the peer's ``ModelEntry`` is the oracle (more rows: CELERY_DURABLE_TEST_GENERATED_ROWS)."""
+    seed = int(os.environ.get("CELERY_DURABLE_TEST_SEED", "7"))
+    path = tmp_path / "generated.db"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.beat_rows",
+            str(path),
+            T0.isoformat(),
+            "4",
+            "generated",
+            str(seed),
+            str(GENERATED),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    oracle = json.loads(done.stdout)
+    result = import_rows(durable, f"sqlite:///{path}.rows")
+    assert not result.refused, [i.to_json() for i in result.refused]
+    ids = {i.name: i.schedule_id for i in result.items}
+    compared = 0
+    for name, expected in oracle.items():
+        runs = decided(durable, ids[name], T0 + timedelta(days=4)) if ids[name] else []
+        ours = [max(r.due, T0) for r in runs]
+        theirs = [datetime.fromisoformat(t) for t in expected["due"]]
+        assert ours == theirs, (name, ours[:3], theirs[:3])
+        compared += len(theirs)
+    assert compared > 100
 
 
 def test_every_field_is_carried(durable: Durable, rows: tuple[str, dict[str, Any]]) -> None:

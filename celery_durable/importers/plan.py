@@ -232,7 +232,10 @@ def _since(
     if start is not None:
         if never_ran:
             moment = max(moment - NEVER_RAN_LOOKBACK, EARLIEST)
-        moment = max(moment, start - rule.interval if isinstance(rule, Every) else start)
+        if isinstance(rule, Every):
+            moment = max(moment, start - rule.interval)
+        elif start > now:  # django-celery-beat waits for the first due time after it
+            moment = max(moment, start)
     return max(moment, EARLIEST)
 
 

@@ -1,7 +1,8 @@
 """A django-celery-beat database with rows of every kind, and the peer's own due times.
 
 Run in a subprocess (Django's settings can be configured once per process):
-``python -m tests.support.beat_rows DB_PATH BASE_ISO DAYS [bad | manage JOURNAL_URL]``.
+``python -m tests.support.beat_rows DB_PATH BASE_ISO DAYS [bad | manage JOURNAL_URL |
+generated SEED COUNT]``.
 It creates django-celery-beat's tables with its own migrations in the SQLite file
 ``DB_PATH``, saves the rows through its models, then asks django-celery-beat's
 ``ModelEntry`` (only its clock replaced by a simulated one) when it would send each row over
@@ -193,6 +194,53 @@ def make_rows(base: datetime, bad: bool) -> None:
         )
 
 
+def generated_rows(base: datetime, seed: int, count: int) -> None:
+    """``count`` random interval and crontab rows: last runs, start times, one-offs, expiry."""
+    import random
+
+    from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
+
+    pick = random.Random(seed)
+
+    def moment(low_minutes: int, high_minutes: int) -> datetime:
+        return base + timedelta(minutes=pick.randint(low_minutes, high_minutes))
+
+    for number in range(count):
+        row: dict[str, object] = {"name": f"generated-{number}", "task": "proj.work"}
+        if pick.random() < 0.6:
+            period = pick.choice(["seconds", "minutes", "hours"])
+            every = {"seconds": pick.randint(30, 600), "minutes": pick.randint(1, 90)}.get(
+                period, pick.randint(1, 5)
+            )
+            row["interval"] = IntervalSchedule.objects.get_or_create(every=every, period=period)[0]
+        else:
+            minute, hour, dom, dow = (
+                pick.choice(["0", "*/15", "7,37", "*/5"]),
+                pick.choice(["*", "9", "0-6", "22-2"]),
+                pick.choice(["*", "1-7", "3"]),
+                pick.choice(["*", "mon", "fri-sun", "1-5"]),
+            )
+            row["crontab"] = CrontabSchedule.objects.create(
+                minute=minute,
+                hour=hour,
+                day_of_month=dom,
+                day_of_week=dow,
+                month_of_year="*",
+                timezone=pick.choice(["UTC", "Europe/Oslo", "Asia/Tokyo", "America/New_York"]),
+            )
+        if pick.random() < 0.4:
+            row["start_time"] = moment(-600, 2 * 24 * 60)
+        if pick.random() < 0.15:
+            row["one_off"] = True
+        if pick.random() < 0.15:
+            row["expires"] = moment(60, 3 * 24 * 60)
+        task = PeriodicTask.objects.create(**row)
+        last = moment(-300, 0) if pick.random() < 0.6 else None
+        PeriodicTask.objects.filter(pk=task.pk).update(
+            last_run_at=last, date_changed=moment(-3000, -1)
+        )
+
+
 def oracle(base: datetime, days: float) -> dict[str, object]:
     """When django-celery-beat's own ``ModelEntry`` sends each row, on a simulated clock."""
     from celery import Celery
@@ -242,6 +290,12 @@ def main() -> None:
     base = datetime.fromisoformat(base_text)
     if len(sys.argv) > 5 and sys.argv[4] == "manage":
         manage(db_path, base, sys.argv[5])
+        return
+    if len(sys.argv) > 6 and sys.argv[4] == "generated":
+        setup(db_path)
+        generated_rows(base, int(sys.argv[5]), int(sys.argv[6]))
+        shutil.copy(db_path, db_path + ".rows")
+        print(json.dumps(oracle(base, days), default=str))
         return
     setup(db_path)
     make_rows(base, bad)
