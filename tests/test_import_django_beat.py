@@ -404,7 +404,7 @@ def test_since_is_an_optional_field_of_created_and_changed() -> None:
 def _comparable(entry: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from celery_durable.importers.plan import rule_of
+    from celery_durable.importers.entries import rule_of
 
     found = {k: v for k, v in asdict(entry).items() if k != "schedule"}
     try:
@@ -520,7 +520,7 @@ def test_crontab_rows_are_due_when_tzawarecrontab_is(
 
     from django_celery_beat.tzcrontab import TzAwareCrontab
 
-    from celery_durable.importers.plan import rule_of
+    from celery_durable.importers.entries import rule_of
 
     row = {
         "crontab_minute": minute,

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable.errors import InvalidSchedule
-from celery_durable.importers.plan import SourceEntry
+from celery_durable.importers.entries import SourceEntry
 
 SOURCE = "django-celery-beat"
 
@@ -153,15 +153,8 @@ def rows_from_orm() -> list[dict[str, Any]]:
             row.update(interval_every=task.interval.every, interval_period=task.interval.period)
         if task.crontab is not None:
             c = task.crontab
-            row.update(
-                crontab_minute=c.minute,
-                crontab_hour=c.hour,
-                crontab_day_of_week=c.day_of_week,
-                crontab_day_of_month=c.day_of_month,
-                crontab_month_of_year=c.month_of_year,
-                crontab_timezone=c.timezone,
-                tz_aware=aware,
-            )
+            row.update({f"crontab_{k}": getattr(c, k) for k in (*CRON_FIELDS, "timezone")})
+            row["tz_aware"] = aware
         if task.solar is not None:
             row.update(
                 solar_event=task.solar.event,
@@ -175,6 +168,14 @@ def rows_from_orm() -> list[dict[str, Any]]:
 
 
 _PREFIX = "django_celery_beat_"
+_TABLES = (
+    "periodictask",
+    "intervalschedule",
+    "crontabschedule",
+    "solarschedule",
+    "clockedschedule",
+)
+CRON_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
 
 
 def rows_from_url(url: str) -> list[dict[str, Any]]:
@@ -188,25 +189,8 @@ def rows_from_url(url: str) -> list[dict[str, Any]]:
     try:
         meta = MetaData()
         with engine.connect() as conn:
-            tables = {
-                n: Table(_PREFIX + n, meta, autoload_with=conn)
-                for n in (
-                    "periodictask",
-                    "intervalschedule",
-                    "crontabschedule",
-                    "solarschedule",
-                    "clockedschedule",
-                )
-            }
             task, interval, cron, sun, clocked = (
-                tables[n]
-                for n in (
-                    "periodictask",
-                    "intervalschedule",
-                    "crontabschedule",
-                    "solarschedule",
-                    "clockedschedule",
-                )
+                Table(_PREFIX + name, meta, autoload_with=conn) for name in _TABLES
             )
             joined = (
                 task.outerjoin(interval, task.c.interval_id == interval.c.id)
@@ -219,17 +203,7 @@ def rows_from_url(url: str) -> list[dict[str, Any]]:
                     *(task.c[k] for k in COLUMNS),
                     interval.c.every.label("interval_every"),
                     interval.c.period.label("interval_period"),
-                    *(
-                        cron.c[k].label(f"crontab_{k}")
-                        for k in (
-                            "minute",
-                            "hour",
-                            "day_of_week",
-                            "day_of_month",
-                            "month_of_year",
-                            "timezone",
-                        )
-                    ),
+                    *(cron.c[k].label(f"crontab_{k}") for k in (*CRON_FIELDS, "timezone")),
                     sun.c.event.label("solar_event"),
                     sun.c.latitude.label("solar_latitude"),
                     sun.c.longitude.label("solar_longitude"),

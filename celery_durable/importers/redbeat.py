@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from celery_durable.errors import InvalidSchedule
-from celery_durable.importers.plan import SourceEntry
+from celery_durable.importers.entries import SourceEntry
 
 SOURCE = "redbeat"
 
