@@ -542,3 +542,18 @@ def test_crontab_rows_are_due_when_tzawarecrontab_is(
 
 
 CRON_APP = make_app()
+
+
+def test_an_imported_schedule_can_be_changed_like_any_other(
+    durable: Durable, rows: tuple[str, dict[str, Any]]
+) -> None:
+    """After the import the schedule is the project's: the API (and so the CLI and the admin)
+    changes it, keeping where it came from."""
+    import_rows(durable, rows[0])
+    view = durable.schedules.state("every-5-min")
+    assert view is not None
+    options = dict(view.options, queue="elsewhere")
+    durable.schedules.change(view.id, view.task, view.input, view.rule, view.catch_up, **options)
+    changed = durable.schedules.state("every-5-min")
+    assert changed is not None and changed.options["queue"] == "elsewhere"
+    assert changed.options[IMPORTED]["source"] == "django-celery-beat"
