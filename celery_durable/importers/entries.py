@@ -200,6 +200,8 @@ def translate(
     if entry.description:
         marker["description"] = entry.description
     options[IMPORTED] = marker
+    if entry.task not in runtime.app.tasks:
+        item.notes.append("task not registered here: sent by name, as the source sends it (B4)")
     sid = schedule_id_for_name(entry.name, entry.task)
     if sid != entry.name:
         item.notes.append(f"name breaks S1 → schedule ID {sid}")
