@@ -152,6 +152,11 @@ def make_rows(base: datetime, bad: bool) -> None:
             name="solar",
             solar=SolarSchedule.objects.create(event="sunrise", latitude=59.91, longitude=10.75),
         ),
+        dict(
+            name="solar-later",
+            solar=SolarSchedule.objects.create(event="sunset", latitude=59.91, longitude=10.75),
+            start_time=base + timedelta(days=2, hours=1),
+        ),
         dict(name="one-off-interval", interval=every(5, "minutes"), one_off=True),
         dict(name="disabled", interval=every(1, "hours"), enabled=False),
         dict(
