@@ -133,6 +133,16 @@ def test_next_due_times_equal_redbeats(
         durable.runtime, durable.schedules, found, source=source.SOURCE, where_from="redbeat:"
     )
     assert {i.action for i in again.items} == {"unchanged"}
+    # An entry deleted from Redis since: its schedule is paused, with the reason.
+    RedBeatSchedulerEntry.from_key("redbeat:hourly", app=app).delete()
+    found, _ = source.read_entries(redis_url, "redbeat:")
+    third = run_import(
+        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from="redbeat:"
+    )
+    assert [(i.schedule_id, i.paused) for i in third.removed] == [
+        ("hourly", "removed from redbeat")
+    ]
+    assert durable.schedules.state("hourly").paused
 
 
 def test_the_cli_imports_redbeat(
