@@ -138,7 +138,8 @@ def as_sent(value: Any) -> Any:
     return value
 
 
-def _stored(value: Any, what: str, max_bytes: int) -> Any:
+def stored_value(value: Any, what: str, max_bytes: int) -> Any:
+    """``value`` in the typed JSON form of B5, refused when it holds a ``BeatLazyFunc``."""
     if any(isinstance(v, BeatLazyFunc) for v in _leaves(value)):
         raise InvalidSchedule(
             f"{what} holds a BeatLazyFunc; the durable scheduler stores arguments when the "
@@ -190,14 +191,14 @@ def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> 
             options.pop(key)
             log.warning("%s: option %r is replaced by the durable scheduler's own", where, key)
     max_bytes = runtime.config.max_input_bytes
-    stored = {k: _stored(v, f"{where}: option {k!r}", max_bytes) for k, v in options.items()}
+    stored = {k: stored_value(v, f"{where}: option {k!r}", max_bytes) for k, v in options.items()}
     if runtime.is_durable(task):
         # A durable task's input is plain JSON (A1): the input check refuses other values.
         args, kwargs = as_sent(list(entry.get("args") or ())), as_sent(entry.get("kwargs") or {})
         input_ = args[0] if len(args) == 1 else (kwargs or None)
     else:
-        args = _stored(list(entry.get("args") or ()), f"{where}: args", max_bytes)
-        kwargs = _stored(dict(entry.get("kwargs") or {}), f"{where}: kwargs", max_bytes)
+        args = stored_value(list(entry.get("args") or ()), f"{where}: args", max_bytes)
+        kwargs = stored_value(dict(entry.get("kwargs") or {}), f"{where}: kwargs", max_bytes)
         input_ = None
         if args:
             stored["args"] = args
@@ -341,5 +342,6 @@ __all__ = [
     "import_beat_schedule",
     "import_entries",
     "rule_for",
+    "stored_value",
     "translate",
 ]

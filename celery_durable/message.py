@@ -74,7 +74,16 @@ BEAT_ENTRY = "beat_entry"
 Such a schedule passes on every option of its entry (B5) and may name a task known only to
 the workers, sent by name (B4).
 """
-NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", BEAT_ENTRY))
+IMPORTED = "imported_from"
+"""Option marking a schedule brought over by an importer (I1, I2); its value is
+``{"source": "django-celery-beat" | "redbeat", "name": <the row's or entry's name>}``.
+
+Like :data:`BEAT_ENTRY`, such a schedule passes on every option its source scheduler sent,
+with typed values (B5), and may name a task known only to the workers (B4).
+"""
+MARKERS = (BEAT_ENTRY, IMPORTED)
+"""Options that say where a schedule came from; stored, never sent."""
+NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", *MARKERS))
 """Options of a ``beat_schedule`` entry the dispatcher sets itself rather than passing on.
 
 ``retry``: a failed send is retried by the dispatcher (D3), never inside the send.
@@ -137,9 +146,15 @@ def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
     (datetimes, decimals, UUIDs … keep their type); this reads them back.
     """
     return {
-        k: v if k == BEAT_ENTRY else decode_celery_value(v, f"option {k!r}")
+        k: v if k in MARKERS else decode_celery_value(v, f"option {k!r}")
         for k, v in options.items()
     }
+
+
+def passes_through(options: Mapping[str, Any]) -> bool:
+    """Whether a schedule's options are sent as its source scheduler sent them (B4, B5):
+    imported from ``beat_schedule`` or by an importer (I1, I2)."""
+    return any(marker in options for marker in MARKERS)
 
 
 def run_message(
@@ -151,6 +166,9 @@ def run_message(
     (seconds after ``now``, the moment of sending) says so.
     """
     options = dict(pending.options)
+    passed = passes_through(options)
+    if passed:  # B5: every option of the entry, as stock beat passes them
+        options = stored_values(options)
     headers = dict(options.get("headers") or {})
     headers[SCHEDULE_HEADER] = sid
     headers[DUE_HEADER] = format_due(pending.due)
@@ -158,8 +176,7 @@ def run_message(
     headers[BEAT_HEADER] = True
     if pending.track_end:
         headers[TRACK_END_HEADER] = True
-    if BEAT_ENTRY in options:  # B5: every option of the entry, as stock beat passes them
-        options = stored_values(options)
+    if passed:
         send_options = {k: v for k, v in options.items() if k not in NOT_FORWARDED}
     else:
         send_options = {k: options[k] for k in SEND_OPTIONS if options.get(k) is not None}

@@ -62,7 +62,7 @@ from celery_durable.core.schedule_events import (
     to_new_event,
 )
 from celery_durable.errors import InvalidSchedule
-from celery_durable.message import NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
+from celery_durable.message import IMPORTED, NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.index import UnreadableEntry, fold_stored
 
@@ -77,7 +77,8 @@ log = logging.getLogger("celery_durable.schedules")
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     """Validate the Celery options of a schedule; ``InvalidSchedule`` names the bad one."""
-    unknown = sorted(set(options) - SCHEDULE_OPTIONS)
+    # An imported schedule keeps its marker when changed (I1, I2): it is stored, never sent.
+    unknown = sorted(set(options) - SCHEDULE_OPTIONS - {IMPORTED})
     if unknown:
         raise InvalidSchedule(
             f"unknown option {unknown[0]!r}; known: {', '.join(sorted(SCHEDULE_OPTIONS))}",
@@ -87,6 +88,8 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     for key, value in options.items():
         if value is None:
             continue
+        if key == IMPORTED and not isinstance(value, dict):
+            raise InvalidSchedule(f"option {IMPORTED!r} must be a dict", field=key)
         if key == "args" and not isinstance(value, list):
             raise InvalidSchedule("option 'args' must be a list", field=key)
         if key in ("kwargs", "headers") and not isinstance(value, dict):

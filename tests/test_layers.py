@@ -36,7 +36,17 @@ LAYERS = [
     ("store", "config"),  # config redacts the journal URL with the store's URL parser
     ("runtime",),
     ("celery_schedules", "dispatch", "worker", "schedules", "control", "health"),
-    ("beat", "beat_import", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
+    (
+        "beat",
+        "beat_import",
+        "importers",
+        "metrics",
+        "durable",
+        "cli",
+        "contrib",
+        "__init__",
+        "__main__",
+    ),
 ]
 
 

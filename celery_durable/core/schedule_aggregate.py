@@ -252,12 +252,16 @@ class Audited:
 class Create(Audited):
     content: Content
     now: datetime
+    since: datetime | None = None
+    """Imported schedules (I1, I2): the timing continues from here instead of ``now``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change(Audited):
     content: Content
     now: datetime
+    since: datetime | None = None
+    """Re-imported schedules (I1, I2): the timing continues from here instead of ``now``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,17 +386,29 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         _check_bounds(command.content, command.now)
         return [
             ScheduleCreated(
-                at=command.now, content=command.content, by=command.by, reason=command.reason
+                at=command.now,
+                content=command.content,
+                since=command.since,
+                by=command.by,
+                reason=command.reason,
             )
         ]
     if isinstance(command, Change):
         _require_live(state, "change")
-        if state.content is not None and digest(command.content) == digest(state.content):
+        if (
+            state.content is not None
+            and digest(command.content) == digest(state.content)
+            and (command.since is None or command.since == state.anchor)
+        ):
             return []
         _check_bounds(command.content, command.now)
         return [
             ScheduleChanged(
-                at=command.now, content=command.content, by=command.by, reason=command.reason
+                at=command.now,
+                content=command.content,
+                since=command.since,
+                by=command.by,
+                reason=command.reason,
             )
         ]
     if isinstance(command, Pause):
@@ -592,20 +608,25 @@ def fold(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
 def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
     """The fields an event changes (one ``replace`` per event: folding is on the hot path)."""
     if isinstance(event, ScheduleCreated):
+        start = event.at if event.since is None else event.since
         return dict(
             content=event.content,
             created_digest=digest(event.content),
             created_at=event.at,
-            anchor=event.at,
-            cursor=None if isinstance(event.content.rule, Once) else event.at,
+            anchor=start,
+            cursor=None if isinstance(event.content.rule, Once) else start,
         )
     if isinstance(event, ScheduleChanged):
-        cursor = (
-            state.last_decided
-            if isinstance(event.content.rule, Once)
-            else _later(state.cursor, event.at)
-        )
-        return dict(content=event.content, anchor=event.at, cursor=cursor, runs_since_change=0)
+        start = event.at if event.since is None else event.since
+        if isinstance(event.content.rule, Once):
+            cursor = state.last_decided
+        elif event.since is None:
+            cursor = _later(state.cursor, start)
+        else:
+            # A re-import continues from its source's last run (I1), which may be earlier
+            # than the cursor, but never before a due time this schedule has decided.
+            cursor = _later(state.last_decided, start)
+        return dict(content=event.content, anchor=start, cursor=cursor, runs_since_change=0)
     if isinstance(event, SchedulePaused):
         return dict(paused=True)
     if isinstance(event, ScheduleResumed):

@@ -84,6 +84,9 @@ class ScheduleCreated(Audited):
     TYPE: ClassVar[str] = "ScheduleCreated"
     at: datetime
     content: Content
+    since: datetime | None = None
+    """An imported schedule's timing starts here, not at ``at``: its source's last run
+    (the grid of ``Every`` and the settled-through moment, I1/I2). Optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +94,8 @@ class ScheduleChanged(Audited):
     TYPE: ClassVar[str] = "ScheduleChanged"
     at: datetime
     content: Content
+    since: datetime | None = None
+    """As :attr:`ScheduleCreated.since`, for a re-import (I1/I2). Optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,8 +221,8 @@ ScheduleEvent = (
     | RunEnded
 )
 
-_TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline"})
-_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note"})
+_TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline", "since"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note", "since"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 

@@ -21,7 +21,7 @@ from celery_durable.core.codec import time_to_json
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
 from celery_durable.core.schedule_events import Content
 from celery_durable.errors import DurableError
-from celery_durable.message import BEAT_ENTRY, Resend, run_message
+from celery_durable.message import Resend, passes_through, run_message
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -116,7 +116,7 @@ class Publisher:
         """Send one run's message at ``now``; a durable run's message comes back to be
         recorded."""
         task = self.app.tasks.get(pending.task)
-        if task is None and BEAT_ENTRY not in pending.options:
+        if task is None and not passes_through(pending.options):
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
         message = run_message(sid, pending, durable=durable, now=now)
@@ -160,8 +160,8 @@ class Publisher:
         return True
 
     def sendable_task(self, content: Content) -> bool:
-        """Registered here, or a ``beat_schedule`` entry's task, sent by name if need be (B4)."""
-        return content.task in self.app.tasks or BEAT_ENTRY in content.options
+        """Registered here, or an imported schedule's task, sent by name if need be (B4, I1)."""
+        return content.task in self.app.tasks or passes_through(content.options)
 
     def log_missing(
         self, sid: str, task: str, due: datetime, now: datetime, exc: Exception | None

@@ -34,6 +34,7 @@ def _without_django_options(args: list[str]) -> list[str]:
 
 class Command(BaseCommand):
     help = "The 'schedules' commands of 'celery -A proj durable' (see --help)."
+    name = "durable_schedules"
     requires_system_checks: list[str] = []
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -49,16 +50,23 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """``call_command("durable_schedules", "list", stdout=…)``; non-zero exit → CommandError."""
-        code = self._run([str(a) for a in args], "manage.py durable_schedules")
+        code = self._run([str(a) for a in args], f"manage.py {self.name}")
         if code:
-            raise CommandError(f"durable_schedules exited with {code}", returncode=code)
+            raise CommandError(f"{self.name} exited with {code}", returncode=code)
+
+    def _group(self) -> tuple[Any, list[str]]:
+        """The click group run, and the arguments put before the user's."""
+        from celery_durable.cli.schedules import schedules
+
+        return schedules, []
 
     def _run(self, args: list[str], prog: str) -> int:
         from celery_durable.cli import bound_group
-        from celery_durable.cli.schedules import schedules
         from celery_durable.contrib.django import celery_app
 
-        group = bound_group(schedules, celery_app, "durable_schedules")
+        wrapped, before = self._group()
+        group = bound_group(wrapped, celery_app, prog.split()[-1])
+        args = [*before, *args]
         with (
             contextlib.redirect_stdout(self.stdout._out),
             contextlib.redirect_stderr(self.stderr._out),
