@@ -159,11 +159,17 @@ def redis_url(redis_server_url: str) -> str:
     """Redis URL (test database, default ``/0``), flushed (FLUSHDB) before the test."""
     import redis
 
+    from kombu import pools
+
     client = redis.Redis.from_url(redis_server_url)
     try:
         client.flushdb()
     finally:
         client.close()
+    # Celery apps on one broker URL share kombu's process-wide connection pools, and each
+    # connection remembers the queues and bindings it declared: after the FLUSHDB those are
+    # gone, so forget them too (else a send to a named exchange finds no binding).
+    pools.reset()
     return redis_server_url
 
 
