@@ -36,7 +36,17 @@ LAYERS = [
     ("store", "config"),  # config redacts the journal URL with the store's URL parser
     ("runtime",),
     ("celery_schedules", "dispatch", "worker", "schedules", "control"),
-    ("beat", "beat_import", "metrics", "durable", "cli", "contrib", "__init__", "__main__"),
+    (
+        "beat",
+        "beat_import",
+        "metrics",
+        "durable",
+        "cli",
+        "contrib",
+        "testing",
+        "__init__",
+        "__main__",
+    ),
 ]
 
 
@@ -180,7 +190,12 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_nothing_below_the_adapters_imports_the_facade() -> None:
     users = sorted(s for s, edges in import_graph().items() if "celery_durable.durable" in edges)
-    allowed = ("celery_durable.cli", "celery_durable.contrib", "celery_durable.metrics")
+    allowed = (
+        "celery_durable.cli",
+        "celery_durable.contrib",
+        "celery_durable.metrics",
+        "celery_durable.testing",
+    )
     assert [u for u in users if u != "celery_durable" and not u.startswith(allowed)] == []
 
 

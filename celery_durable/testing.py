@@ -1,0 +1,571 @@
+"""A pytest plugin for testing a project's schedules and durable tasks (docs/testing-your-code.md).
+
+Enable it with one line in a ``conftest.py`` (it is never loaded by itself)::
+
+    pytest_plugins = ["celery_durable.testing"]
+
+The ``durable`` fixture is a :class:`DurableHarness`: the real :class:`~celery_durable.Durable`
+of the test's Celery app (pytest-celery's ``celery_app``, or ``celery_session_app`` when the
+test uses ``celery_session_worker``) on a fresh journal, with a clock that moves only when the
+test says so and an in-process worker (``celery.contrib.testing.worker.start_worker``, no
+Docker). ``durable.advance(timedelta(days=7))`` moves the clock through every due time, durable
+sleep, retry back-off and countdown on the way, so a week passes in milliseconds.
+
+How time is skipped: every message sent with an ``eta`` (a countdown) is held by the harness
+instead of reaching the broker, and released, without its ``eta``, once the test clock reaches
+it; the dispatcher (``durable.dispatcher()``) is ticked at each due time on the way. Nothing
+in the worker waits for wall time: the worker's short in-process waits ask the clock, which
+moves itself (``TestClock.sleep``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from celery import Celery, signals
+
+from celery_durable.core.codec import time_from_json
+from celery_durable.core.ids import run_stream
+from celery_durable.core.replay import Divergence
+from celery_durable.core.run_aggregate import fold
+from celery_durable.durable import Durable
+from celery_durable.runtime import Runtime
+from celery_durable.worker.context import DeliveryKilled
+
+__all__ = [
+    "CrashPlan",
+    "DurableHarness",
+    "StepRecord",
+    "TestClock",
+    "assert_replays",
+    "durable",
+    "durable_app",
+    "durable_clock",
+    "durable_url",
+]
+
+MAX_EVENTS = 100_000
+"""Stops in one ``advance``: more means something asks for attention endlessly."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "durable_url",
+        "Journal URL of the durable fixture (default: a SQLite file in the test's tmp_path). "
+        "A PostgreSQL URL gets a fresh schema per test.",
+        default="",
+    )
+    parser.addoption(
+        "--durable-url",
+        default=None,
+        help="Journal URL of the durable fixture (overrides the durable_url ini option).",
+    )
+
+
+class TestClock:
+    """An aware UTC clock that moves only when told to; ``sleep`` moves it instead of waiting."""
+
+    __test__ = False  # not a test class for pytest
+
+    def __init__(self, start: datetime | None = None) -> None:
+        start = start or datetime.now(timezone.utc).replace(microsecond=0)
+        self._now = _aware(start, "start")
+        self._lock = threading.Lock()
+        self.slept = 0.0
+        """Seconds the worker asked to wait, skipped by moving the clock."""
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def set(self, moment: datetime) -> None:
+        """Move the clock to ``moment`` (aware); it may not go back."""
+        moment = _aware(moment, "moment")
+        with self._lock:
+            if moment < self._now:
+                raise ValueError(f"the test clock cannot go back from {self._now} to {moment}")
+            self._now = moment
+
+    def sleep(self, seconds: float) -> None:
+        """What the worker calls instead of ``time.sleep``: the clock moves, no wall time passes."""
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            self.slept += seconds
+
+
+def _aware(moment: datetime, what: str) -> datetime:
+    if not isinstance(moment, datetime) or moment.utcoffset() is None:
+        raise ValueError(f"{what} must be an aware datetime, not {moment!r}")
+    return moment.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One position of a durable run as its journal holds it."""
+
+    position: int
+    name: str
+    kind: str
+    status: str
+    result: Any
+    attempts: int
+
+
+@dataclass(order=True)
+class _Held:
+    due: datetime
+    order: int
+    name: str = ""
+    message: Any = None
+    options: Any = None
+
+
+class CrashPlan:
+    """A simulated worker crash right after a step's result is stored (W1, D8).
+
+    Armed by :meth:`DurableHarness.crash_after_step`; used as a context manager it is disarmed
+    on leaving, and leaving raises ``AssertionError`` when the crash never happened.
+    """
+
+    def __init__(self, harness: DurableHarness, step: str | int, run_id: str | None, times: int):
+        self._harness = harness
+        self.step = step
+        self.run_id = run_id
+        self.left = times
+        self.crashed: list[tuple[str, int, str]] = []
+        """``(run ID, position, step name)`` of every crash it caused."""
+
+    def matches(self, run_id: str, position: int, name: str) -> bool:
+        target = self.step
+        hit = position == target if isinstance(target, int) else name == target
+        return hit and self.left > 0 and self.run_id in (None, run_id)
+
+    def disarm(self) -> None:
+        self._harness._plans = [p for p in self._harness._plans if p is not self]
+
+    def __enter__(self) -> CrashPlan:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.disarm()
+        if exc_type is None and not self.crashed:
+            raise AssertionError(
+                f"crash_after_step({self.step!r}) never crashed a delivery: no durable run "
+                "stored a step with that name or position inside the block"
+            )
+
+
+class DurableHarness:
+    """The ``durable`` fixture: a real ``Durable`` plus a test clock, a worker and time skipping.
+
+    Attributes not defined here (``schedules``, ``task``, ``step``, ``outcome``, ``result``,
+    ``signal``, ``cancel``, ``runs`` …) are the wrapped :class:`~celery_durable.Durable`'s;
+    ``harness.durable`` is the ``Durable`` itself.
+    """
+
+    def __init__(self, app: Celery, url: str, *, clock: TestClock | None = None) -> None:
+        self.app = app
+        self.clock = clock or TestClock()
+        self._stack = ExitStack()
+        runtime = Runtime.registered(app)
+        if runtime is not None:
+            # A project's app: its tasks hold its runtime, so that runtime is pointed at the
+            # test's journal and clock for the test, and restored afterwards.
+            self.durable = Durable.for_app(app)
+            self._stack.callback(runtime.rebind(url, self.clock))
+        else:
+            self.durable = Durable(app, url, clock=self.clock)
+        self._stack.callback(self.durable.close)
+        self._lock = threading.Condition()
+        self._held: list[_Held] = []
+        self._order = itertools.count()
+        self._in_flight: Counter[str] = Counter()
+        self._sent = 0
+        self._calls: Counter[tuple[str, str]] = Counter()
+        self._plans: list[CrashPlan] = []
+        self._dispatcher: Any = None
+        self.worker: Any = None
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def start(self, worker: Any = None) -> DurableHarness:
+        """Intercept sends, watch the worker, and start one (unless ``worker`` is given)."""
+        amqp = self.app.amqp
+        original = amqp.send_task_message
+        self._send = original
+
+        def send(producer: Any, name: str, message: Any, **options: Any) -> Any:
+            return self._intercept(producer, name, message, options)
+
+        amqp.send_task_message = send
+        self._stack.callback(lambda: amqp.__dict__.pop("send_task_message", None))
+        for signal in (signals.task_postrun, signals.task_revoked, signals.task_unknown):
+            signal.connect(self._delivery_done, weak=False)
+            self._stack.callback(signal.disconnect, self._delivery_done)
+        runtime = self.durable.runtime
+        runtime.step_hooks.append(self._on_step)
+        self._stack.callback(runtime.step_hooks.remove, self._on_step)
+        self._purge()
+        self.worker = worker
+        self._stack.callback(self._close_dispatcher)
+        return self
+
+    def _worker_ready(self) -> None:
+        """Start the worker at first need, so that it knows the tasks the test defined; tell
+        a running one about tasks registered since."""
+        if self.worker is None:
+            from celery.contrib.testing.worker import start_worker
+
+            if self.app.conf.broker_url and self.app.conf.broker_url.startswith("memory://"):
+                # kombu polls an in-memory queue once a second by default: a test would wait.
+                options = dict(self.app.conf.broker_transport_options or {})
+                options.setdefault("polling_interval", 0.005)
+                self.app.conf.broker_transport_options = options
+
+            self.worker = self._stack.enter_context(
+                start_worker(self.app, pool="solo", perform_ping_check=False, loglevel="WARNING")
+            )
+            self._known = set(self.app.tasks)
+        elif set(self.app.tasks) != getattr(self, "_known", None):
+            consumer = getattr(self.worker, "consumer", None)
+            if consumer is not None:
+                consumer.update_strategies()
+            self._known = set(self.app.tasks)
+
+    def close(self) -> None:
+        """Stop the worker and the dispatcher, restore the app, close the journal."""
+        self._stack.close()
+
+    def __enter__(self) -> DurableHarness:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.durable, name)
+
+    def _purge(self) -> None:
+        # In-memory brokers live as long as the process: drop what earlier tests left.
+        with self.app.connection_for_write() as conn:
+            for queue in self.app.amqp.queues.values():
+                queue.bind(conn.default_channel).purge()
+
+    def _close_dispatcher(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.close()
+
+    # -- the broker seam -------------------------------------------------------------------------
+
+    def _intercept(self, producer: Any, name: str, message: Any, options: dict[str, Any]) -> Any:
+        headers = message.headers
+        eta = headers.get("eta") if isinstance(headers, dict) else None
+        if eta:
+            # Celery set the eta from wall time (app.now()); the same delay on the test clock.
+            delay = time_from_json(eta) if isinstance(eta, str) else eta
+            wait = (_aware(delay, "eta") - datetime.now(timezone.utc)).total_seconds()
+            # The eta was taken a moment before now: round up to the millisecond, and hold
+            # for at least one, so that a countdown always lands after the instant it waits
+            # for (else a run that is not due yet would be sent back at the same instant).
+            wait = max(math.ceil(wait * 1000) / 1000, 0.001)
+            message = message._replace(headers={**headers, "eta": None})
+            with self._lock:
+                due = self.clock() + timedelta(seconds=wait)
+                heapq.heappush(self._held, _Held(due, next(self._order), name, message, options))
+            return None
+        return self._publish(producer, name, message, options)
+
+    def _publish(self, producer: Any, name: str, message: Any, options: dict[str, Any]) -> Any:
+        task_id = message.headers.get("id")
+        with self._lock:
+            self._in_flight[task_id] += 1
+            self._sent += 1
+        try:
+            return self._send(producer, name, message, **options)
+        except BaseException:
+            self._finished(task_id)
+            raise
+
+    def _release_due(self) -> None:
+        now = self.clock()
+        while True:
+            with self._lock:
+                if not self._held or self._held[0].due > now:
+                    return
+                item = heapq.heappop(self._held)
+            with self.app.producer_or_acquire() as producer:
+                self._publish(producer, item.name, item.message, item.options)
+
+    def _delivery_done(self, sender: Any = None, **info: Any) -> None:
+        request = info.get("request")
+        task_id = info.get("task_id") or info.get("id") or getattr(request, "id", None)
+        message = info.get("message")
+        if task_id is None and message is not None:
+            task_id = getattr(message, "headers", {}).get("id")
+        self._finished(task_id)
+
+    def _finished(self, task_id: Any) -> None:
+        with self._lock:
+            if self._in_flight.get(task_id, 0) > 0:
+                self._in_flight[task_id] -= 1
+                if not self._in_flight[task_id]:
+                    del self._in_flight[task_id]
+            self._lock.notify_all()
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _on_step(self, moment: str, run_id: str, position: int, name: str) -> None:
+        if moment == "call":
+            with self._lock:
+                self._calls[(run_id, name)] += 1
+            return
+        for plan in list(self._plans):
+            if plan.matches(run_id, position, name):
+                plan.left -= 1
+                plan.crashed.append((run_id, position, name))
+                if plan.left <= 0:
+                    plan.disarm()
+                raise DeliveryKilled(f"simulated crash after step {name!r} of run {run_id!r}")
+
+    def crash_after_step(
+        self, step: str | int, *, run_id: str | None = None, times: int = 1
+    ) -> CrashPlan:
+        """Kill the delivery that stores step ``step`` (a name or a position) right after it is
+        stored, as a worker crash would: nothing more is stored and the claim stays until the
+        run lease (``durable_run_lease``, 5 min) passes; the dispatcher then sends the run
+        again (D8) — ``advance`` past the lease resumes it. ``times``: how many deliveries to
+        kill. Usable as a context manager (disarmed on leaving, which fails if no crash
+        happened)."""
+        if not isinstance(step, str | int) or isinstance(step, bool):
+            raise TypeError(f"step must be a step name or a position, not {step!r}")
+        plan = CrashPlan(self, step, run_id, times)
+        self._plans.append(plan)
+        return plan
+
+    def steps_of(self, run_id: str) -> list[StepRecord]:
+        """The positions of a run as stored, in order (``LookupError`` for an unknown run)."""
+        state = fold(self.durable.journal.read_stream(run_stream(run_id)))
+        if not state.started:
+            raise LookupError(f"no durable run {run_id!r} in the journal")
+        return [
+            StepRecord(pos, p.name, p.kind, p.status, p.result, p.attempts)
+            for pos, p in sorted(state.positions.items())
+        ]
+
+    def step_calls(self, run_id: str | None = None) -> Counter[str]:
+        """How often each step's function was called in this test (all attempts and re-runs),
+        by step name; for one run, or all runs."""
+        with self._lock:
+            found: Counter[str] = Counter()
+            for (rid, name), count in self._calls.items():
+                if run_id is None or rid == run_id:
+                    found[name] += count
+            return found
+
+    # -- time -----------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The test clock's time (aware UTC)."""
+        return self.clock()
+
+    def dispatcher(self, **options: Any) -> Any:
+        """The test's dispatcher (one per test; ticked by :meth:`advance`)."""
+        if options:
+            return self.durable.dispatcher(**options)
+        if self._dispatcher is None:
+            self._dispatcher = self.durable.dispatcher(owner=f"test-{uuid.uuid4().hex[:8]}")
+        return self._dispatcher
+
+    def tick(self) -> None:
+        """One dispatcher tick at the clock's time: decide and send what is due (no waiting)."""
+        dispatcher = self.dispatcher()
+        dispatcher.resender.check_soon()
+        dispatcher.tick()
+
+    def run_until_idle(self, timeout: float = 30.0) -> None:
+        """Without moving the clock: tick, release held messages that are due, and wait until
+        the worker has run every message sent, until nothing new is sent.
+
+        ``TimeoutError`` (naming the task ids) when messages are still unfinished after
+        ``timeout`` seconds of wall time: a task that hangs, or a queue no worker consumes.
+        """
+        self._worker_ready()
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                before = self._sent
+            self._release_due()
+            self.tick()
+            self._release_due()
+            with self._lock:
+                while self._in_flight:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(
+                            f"the worker did not finish {sorted(self._in_flight)} within "
+                            f"{timeout:g} s"
+                        )
+                    self._lock.wait(min(left, 0.05))
+                if self._sent == before:
+                    return
+
+    def advance(
+        self, by: timedelta | None = None, *, until: datetime | None = None, **units: float
+    ) -> None:
+        """Move the clock forward — ``advance(timedelta(days=7))``, ``advance(hours=1)`` or
+        ``advance(until=moment)`` — stopping at every due time, wake-up, retry and countdown
+        on the way, each handled on time, as a dispatcher and worker running all along would.
+        """
+        target = self._target(by, until, units)
+        self.run_until_idle()
+        for _ in range(MAX_EVENTS):
+            following = self._next_event()
+            if following is None or following > target:
+                break
+            self.clock.set(max(following, self.clock()))
+            self.run_until_idle()
+        else:
+            raise RuntimeError(
+                f"advance stopped after {MAX_EVENTS} stops before {target}: something asks "
+                "for attention endlessly (a schedule whose task is not registered, D4?)"
+            )
+        self.clock.set(max(target, self.clock()))
+        self.run_until_idle()
+
+    def downtime(
+        self, by: timedelta | None = None, *, until: datetime | None = None, **units: float
+    ) -> None:
+        """Move the clock forward with nothing running (no dispatcher, no worker), then
+        resume: what became due meanwhile is caught up by each schedule's policy (C1–C3)."""
+        target = self._target(by, until, units)
+        self.clock.set(target)
+        self.run_until_idle()
+
+    def _target(
+        self, by: timedelta | None, until: datetime | None, units: dict[str, float]
+    ) -> datetime:
+        given = [x for x in (by, until, units or None) if x is not None]
+        if len(given) != 1:
+            raise TypeError("give one of: a timedelta, until=datetime, or units (days=…)")
+        now = self.clock()
+        if until is not None:
+            target = _aware(until, "until")
+        else:
+            step = by if by is not None else timedelta(**units)
+            if not isinstance(step, timedelta):
+                raise TypeError(f"advance takes a timedelta, not {type(step).__name__}")
+            target = now + step
+        if target < now:
+            raise ValueError(f"the test clock cannot go back from {now} to {target}")
+        return target
+
+    def _next_event(self) -> datetime | None:
+        dispatcher = self.dispatcher()
+        with self._lock:
+            held = self._held[0].due if self._held else None
+        moments = [held, dispatcher.next_attention, self.durable.runs.next_resend()]
+        found = [m for m in moments if m is not None]
+        return min(found) if found else None
+
+    # -- replay check ---------------------------------------------------------------------------
+
+    def replay_check(self, **select: Any) -> list[Divergence]:
+        """Replay the ended runs of the journal against the current code (W6); see
+        :func:`celery_durable.worker.replay.check_runs` for ``select``."""
+        from celery_durable.worker.replay import check_runs
+
+        return check_runs(self.durable.runtime, **select)
+
+
+def assert_replays(durable: Any, **select: Any) -> None:
+    """Fail with every divergence when ended runs would take another path now (W6).
+
+    ``durable``: the fixture or a ``Durable``; ``select`` as for the replay check.
+    """
+    from celery_durable.worker.replay import check_runs
+
+    runtime = durable.durable.runtime if isinstance(durable, DurableHarness) else durable.runtime
+    found = check_runs(runtime, **select)
+    if found:
+        lines = "\n".join(f"  {d}" for d in found)
+        raise AssertionError(f"{len(found)} run(s) would now take another path:\n{lines}")
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def durable_clock() -> TestClock:
+    """The test clock of the ``durable`` fixture (starts at the wall time; override to pick)."""
+    return TestClock()
+
+
+@pytest.fixture
+def durable_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """The journal of the ``durable`` fixture: a SQLite file in ``tmp_path``, or, with
+    ``--durable-url``/the ``durable_url`` ini option, that database (a fresh PostgreSQL schema
+    per test, dropped afterwards)."""
+    url = request.config.getoption("--durable-url") or request.config.getini("durable_url")
+    if not url:
+        yield f"sqlite:///{tmp_path / 'journal.db'}"
+        return
+    if not url.startswith("postgresql"):
+        yield url
+        return
+    with _fresh_schema(url) as schema_url:
+        yield schema_url
+
+
+@contextmanager
+def _fresh_schema(url: str) -> Iterator[str]:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"cdt_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        parsed = make_url(url)
+        query = dict(parsed.query)
+        query["options"] = f"-csearch_path={schema}"
+        yield parsed.set(query=query).render_as_string(hide_password=False)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def durable_app(request: pytest.FixtureRequest) -> Celery:
+    """The app the ``durable`` fixture binds to: ``celery_app``, or ``celery_session_app``
+    when the test uses ``celery_session_worker``. Override it to test a project's own app."""
+    if "celery_session_worker" in request.fixturenames:
+        return request.getfixturevalue("celery_session_app")
+    return request.getfixturevalue("celery_app")
+
+
+@pytest.fixture
+def durable(
+    request: pytest.FixtureRequest, durable_app: Celery, durable_url: str, durable_clock: TestClock
+) -> Iterator[DurableHarness]:
+    """A :class:`DurableHarness` on ``durable_app``: fresh journal, test clock, worker."""
+    harness = DurableHarness(durable_app, durable_url, clock=durable_clock)
+    session_worker = None
+    if "celery_session_worker" in request.fixturenames:
+        session_worker = request.getfixturevalue("celery_session_worker")
+    with harness:
+        harness.start(session_worker)
+        yield harness

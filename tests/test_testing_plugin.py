@@ -1,0 +1,125 @@
+"""The pytest plugin ``celery_durable.testing`` as a user meets it (pytester, in process).
+
+A user's test file that uses only the documented fixtures passes; a wrong expectation fails
+with a message naming what was expected. The plugin is opt-in: this suite never loads it
+itself (no ``pytest11`` entry point), only the inner pytest runs do.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.timeout(120)
+
+CONFTEST = 'pytest_plugins = ["celery_durable.testing"]\n'
+
+USER_TESTS = """
+from datetime import datetime, time, timedelta, timezone
+
+import pytest
+
+from celery_durable import CatchUp, Daily, ScheduledRun, sleep
+
+
+@pytest.fixture
+def durable_clock():
+    from celery_durable.testing import TestClock
+    return TestClock(datetime(2026, 11, 2, 12, 0, tzinfo=timezone.utc))
+
+
+def test_nightly_backup_runs_once_after_three_nights_down(durable):
+    done = []
+
+    @durable.task(name="proj.backup")
+    def backup(run: ScheduledRun):
+        done.append(run.due)
+
+    durable.schedules.create("nightly", backup, "/srv", Daily(time(2, 0), "UTC"),
+                             catch_up=CatchUp.LATEST)
+    durable.downtime(days=3)
+    assert done == [datetime(2026, 11, 5, 2, 0, tzinfo=timezone.utc)]
+    durable.advance(days=1)
+    assert len(done) == 2
+
+
+def test_crash_in_step_two_across_a_week_long_sleep(durable):
+    charged = []
+
+    @durable.step(name="charge")
+    def charge(amount):
+        charged.append(amount)
+        return amount
+
+    @durable.step(name="email")
+    def email():
+        return "sent"
+
+    @durable.task(name="proj.renew")
+    def renew():
+        charge(10)
+        sleep(timedelta(days=7))
+        return [charge(20), email()]
+
+    with durable.crash_after_step(2):
+        renew.apply_async(task_id="renew-1")
+        durable.advance(days=7)
+    durable.advance(minutes=10)  # past the crashed delivery's lease: sent again (D8)
+    assert durable.result("renew-1") == [20, "sent"]
+    assert charged == [10, 20]
+    assert durable.step_calls("renew-1") == {"charge": 2, "email": 1}
+    assert [s.name for s in durable.steps_of("renew-1")] == ["charge", "sleep", "charge", "email"]
+
+
+def test_wrong_expectation(durable):
+    @durable.task(name="proj.answer")
+    def answer():
+        return 41
+
+    answer.apply_async(task_id="a-1")
+    durable.run_until_idle()
+    assert durable.result("a-1") == 42
+"""
+
+
+def test_a_users_test_file_passes_and_a_wrong_expectation_reads_well(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*assert 41 == 42*", "*FAILED test_user.py::test_wrong_expectation*"]
+    )
+
+
+def test_the_plugin_is_opt_in(pytester: pytest.Pytester) -> None:
+    """Without the one line, the fixture does not exist: nothing loads it by itself."""
+    pytester.makepyfile(test_user="def test_x(durable):\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'durable' not found*"])
+
+
+def test_a_crash_plan_that_never_fires_fails_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_user="""
+def test_typo(durable):
+    @durable.step
+    def charge():
+        return 1
+
+    @durable.task(name="proj.t")
+    def t():
+        return charge()
+
+    with durable.crash_after_step("chrage"):
+        t.apply_async(task_id="t-1")
+        durable.run_until_idle()
+"""
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*crash_after_step('chrage') never crashed a delivery*"])
