@@ -7,7 +7,11 @@ itself (no ``pytest11`` entry point), only the inner pytest runs do.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from tests.support.processes import REPO_ROOT
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.timeout(120)
@@ -123,3 +127,14 @@ def test_typo(durable):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*crash_after_step('chrage') never crashed a delivery*"])
+
+
+def test_the_example_projects_own_tests_pass(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """example_project/tests use the plugin on the project's own app (docs/testing-your-code.md)."""
+    monkeypatch.setenv("EXAMPLE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CELERY_BROKER_URL", "memory://")
+    tests = REPO_ROOT / "example_project" / "tests"
+    result = pytester.runpytest_inprocess(str(tests), "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3)
