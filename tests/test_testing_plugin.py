@@ -138,3 +138,40 @@ def test_the_example_projects_own_tests_pass(
     tests = REPO_ROOT / "example_project" / "tests"
     result = pytester.runpytest_inprocess(str(tests), "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=3)
+
+
+def test_with_celery_session_worker_the_harness_uses_it(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        CONFTEST
+        + """
+import pytest
+
+
+@pytest.fixture(scope="session")
+def celery_config():
+    return {"broker_url": "memory://", "result_backend": "cache+memory://",
+            "broker_transport_options": {"polling_interval": 0.01}}
+"""
+    )
+    pytester.makepyfile(
+        test_user="""
+from datetime import timedelta
+
+from celery_durable import sleep
+
+
+def test_on_the_session_worker(durable, celery_session_app, celery_session_worker):
+    assert durable.app is celery_session_app and durable.worker is celery_session_worker
+
+    @durable.task(name="proj.nap")
+    def nap():
+        sleep(timedelta(hours=5))
+        return "rested"
+
+    nap.apply_async(task_id="nap-1")
+    durable.advance(hours=5)
+    assert durable.result("nap-1") == "rested"
+"""
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
