@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import celery.contrib.testing.tasks  # noqa: F401  imported once here, not by each inner run
 import pytest
 
 from tests.support.processes import REPO_ROOT
