@@ -7,10 +7,12 @@ itself (no ``pytest11`` entry point), only the inner pytest runs do.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import celery.contrib.testing.tasks  # noqa: F401  imported once here, not by each inner run
 import pytest
+from sqlalchemy import create_engine, text
 
 from tests.support.processes import REPO_ROOT
 
@@ -176,3 +178,45 @@ def test_on_the_session_worker(durable, celery_session_app, celery_session_worke
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
+
+
+def test_durable_url_option_gives_each_test_a_fresh_postgres_schema(
+    pytester: pytest.Pytester, postgres_server_url: str
+) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_user="""
+import re
+
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_on_postgres(durable, durable_url, n):
+    assert durable.journal.engine.dialect.name == "postgresql"
+    print("SCHEMA", re.search(r"cdt_[0-9a-f]+", durable_url).group(0))
+
+    @durable.task(name="proj.once")
+    def once():
+        return n
+
+    once.apply_async(task_id="same-id")  # the same run ID in both tests: separate journals
+    durable.run_until_idle()
+    assert durable.result("same-id") == n
+"""
+    )
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-q", "-s", "--durable-url", postgres_server_url
+    )
+    result.assert_outcomes(passed=2)
+    schemas = re.findall(r"SCHEMA (cdt_[0-9a-f]+)", result.stdout.str())
+    assert len(set(schemas)) == 2
+    engine = create_engine(postgres_server_url)
+    try:
+        with engine.connect() as conn:
+            left = conn.execute(
+                text("SELECT schema_name FROM information_schema.schemata"),
+            ).scalars()
+            assert not set(schemas) & set(left), "the schemas are dropped after each test"
+    finally:
+        engine.dispose()
