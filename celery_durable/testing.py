@@ -339,6 +339,26 @@ class DurableHarness:
                     del self._in_flight[task_id]
             self._lock.notify_all()
 
+    # -- outcomes -----------------------------------------------------------------------------
+
+    def outcome(self, run_id: str, timeout: float | None = 0) -> Any:
+        """The run's outcome, as ``Durable.outcome``, but looking once by default: in a test
+        the clock moves only by ``advance``, so waiting would only hang."""
+        try:
+            return self.durable.outcome(run_id, timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"run {run_id!r} has not ended at {self.clock().isoformat()} (test clock); "
+                "advance the clock to let it go on"
+            ) from None
+
+    def result(self, run_id: str, timeout: float | None = 0) -> Any:
+        """The run's value, as ``Durable.result`` (``RunFaulted``, ``RunCancelled``), looking
+        once by default (see :meth:`outcome`)."""
+        from celery_durable.core.outcomes import raise_for
+
+        return raise_for(run_id, self.outcome(run_id, timeout))
+
     # -- steps --------------------------------------------------------------------------------
 
     def _on_step(self, moment: str, run_id: str, position: int, name: str) -> None:

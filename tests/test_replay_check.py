@@ -61,6 +61,9 @@ def cli(url: str, *args: str) -> tuple[int, str]:
 
 def test_unchanged_body_reports_nothing(harness: DurableHarness, sqlite_url: str) -> None:
     two_runs(harness)
+    replay_app.faults.apply_async(task_id="faults-1")
+    harness.run_until_idle()
+    assert harness.run_ended("faults-1") == "faulted"
     assert check_runs(harness.durable.runtime) == []
     assert_replays(harness)
     assert cli(sqlite_url, "--check") == (0, "every checked run replays on the stored path\n")

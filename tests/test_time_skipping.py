@@ -110,6 +110,20 @@ def test_advance_runs_every_due_time_on_time_and_downtime_catches_up(
     assert seen[-1][1] == T0 + timedelta(days=5)
 
 
+def test_a_run_that_has_not_ended_is_reported_at_once(durable: DurableHarness) -> None:
+    @durable.task(name="t.long")
+    def long() -> str:
+        sleep(timedelta(days=2))
+        return "done"
+
+    long.apply_async(task_id="long-1")
+    durable.advance(days=1)
+    with pytest.raises(TimeoutError, match="'long-1' has not ended at 2026-11-03T12:00:00"):
+        durable.result("long-1")
+    durable.advance(days=1)
+    assert durable.result("long-1") == "done"
+
+
 def test_advance_refuses_to_go_back_or_to_guess(durable: DurableHarness) -> None:
     with pytest.raises(ValueError, match="cannot go back"):
         durable.advance(until=T0 - timedelta(seconds=1))

@@ -40,6 +40,19 @@ def order(run: ScheduledRun | None = None) -> list[str]:
     return [first, second]
 
 
+@durable.step(name="refuse")
+def refuse() -> None:
+    CALLS.append("refuse")
+    raise PermissionError("no")
+
+
+@durable.task(name="replay.faults")
+def faults() -> str:
+    a()
+    refuse()  # fails (not retried): the run faults with StepFailed
+    return "never"
+
+
 def reset() -> Any:
     BODY["order"] = "ab"
     CALLS.clear()
