@@ -170,9 +170,10 @@ class CrashPlan:
 class DurableHarness:
     """The ``durable`` fixture: a real ``Durable`` plus a test clock, a worker and time skipping.
 
-    Attributes not defined here (``schedules``, ``task``, ``step``, ``outcome``, ``result``,
-    ``signal``, ``cancel``, ``runs`` …) are the wrapped :class:`~celery_durable.Durable`'s;
-    ``harness.durable`` is the ``Durable`` itself.
+    Attributes not defined here (``schedules``, ``task``, ``step``, ``signal``, ``cancel``,
+    ``runs``, ``run_ended`` …) are the wrapped :class:`~celery_durable.Durable`'s;
+    ``harness.durable`` is the ``Durable`` itself. ``outcome`` and ``result`` look once by
+    default instead of waiting.
     """
 
     def __init__(self, app: Celery, url: str, *, clock: TestClock | None = None) -> None:
@@ -196,6 +197,7 @@ class DurableHarness:
         self._calls: Counter[tuple[str, str]] = Counter()
         self._plans: list[CrashPlan] = []
         self._dispatcher: Any = None
+        self._known: set[str] = set()
         self.worker: Any = None
 
     # -- set-up -------------------------------------------------------------------------------
@@ -230,18 +232,22 @@ class DurableHarness:
             import celery.contrib.testing.tasks  # noqa: F401
             from celery.contrib.testing.worker import start_worker
 
-            if self.app.conf.broker_url and self.app.conf.broker_url.startswith("memory://"):
+            with self.app.connection_for_write() as conn:
+                in_memory = conn.as_uri().startswith("memory://")
+            if in_memory:
                 # kombu polls an in-memory queue once a second by default: a test would wait.
-                options = dict(self.app.conf.broker_transport_options or {})
+                saved = self.app.conf.broker_transport_options
+                options = dict(saved or {})
                 options.setdefault("polling_interval", 0.005)
                 self.app.conf.broker_transport_options = options
+                self._stack.callback(setattr, self.app.conf, "broker_transport_options", saved)
 
             self.worker = self._stack.enter_context(
                 start_worker(self.app, pool="solo", perform_ping_check=False, loglevel="WARNING")
             )
             self._stack.callback(self._wake_to_stop)
             self._known = set(self.app.tasks)
-        elif set(self.app.tasks) != getattr(self, "_known", None):
+        elif set(self.app.tasks) != self._known:
             consumer = getattr(self.worker, "consumer", None)
             if consumer is not None:
                 consumer.update_strategies()
@@ -349,7 +355,7 @@ class DurableHarness:
         except TimeoutError:
             raise TimeoutError(
                 f"run {run_id!r} has not ended at {self.clock().isoformat()} (test clock); "
-                "advance the clock to let it go on"
+                "run durable.run_until_idle(), or advance the clock, to let it go on"
             ) from None
 
     def result(self, run_id: str, timeout: float | None = 0) -> Any:
