@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from celery_durable import Every
@@ -119,6 +122,24 @@ def test_a_changed_later_position_and_a_shorter_body() -> None:
         "run 'r' (t) at position 3: the journal holds nothing (the run ended before it) "
         "but the body now asks for step 'c'"
     )
+
+
+STEPS = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["step", "sleep", "now"]))
+
+
+@given(path=st.lists(STEPS, max_size=8), data=st.data())
+def test_first_divergence_finds_exactly_the_first_changed_position(
+    path: list[Any], data: Any
+) -> None:
+    stored = dict(enumerate(path))
+    assert first_divergence(stored, path, body_ended=True) is None
+    if not path:
+        return
+    k = data.draw(st.integers(0, len(path) - 1))
+    other = data.draw(STEPS.filter(lambda step: step != path[k]))
+    changed = [*path[:k], other, *path[k + 1 :]]
+    assert first_divergence(stored, changed, body_ended=True) == (k, path[k], other)
+    assert first_divergence(stored, path[:k], body_ended=True) == (k, path[k], None)
 
 
 def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: str) -> None:

@@ -110,6 +110,24 @@ def test_advance_runs_every_due_time_on_time_and_downtime_catches_up(
     assert seen[-1][1] == T0 + timedelta(days=5)
 
 
+def test_a_plain_task_with_a_three_day_countdown_runs_when_the_clock_gets_there(
+    durable: DurableHarness, celery_app: Celery
+) -> None:
+    ran: list[datetime] = []
+
+    @celery_app.task(name="t.later")
+    def later() -> None:
+        ran.append(durable.now())
+
+    later.apply_async(countdown=3 * 86400)
+    durable.advance(days=2, hours=23)
+    assert ran == []
+    durable.advance(hours=2)
+    assert len(ran) == 1 and ran[0] - T0 == pytest.approx(
+        timedelta(days=3), abs=timedelta(seconds=1)
+    )
+
+
 def test_a_run_that_has_not_ended_is_reported_at_once(durable: DurableHarness) -> None:
     @durable.task(name="t.long")
     def long() -> str:
