@@ -391,6 +391,8 @@ class DurableHarness:
         happened)."""
         if not isinstance(step, str | int) or isinstance(step, bool):
             raise TypeError(f"step must be a step name or a position, not {step!r}")
+        if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+            raise ValueError(f"times must be a whole number of deliveries, at least 1: {times!r}")
         plan = CrashPlan(self, step, run_id, times)
         self._plans.append(plan)
         return plan
