@@ -6,6 +6,7 @@ broker, a SQLite journal per test, a test clock.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
@@ -39,13 +40,14 @@ def durable_clock() -> object:
 
 @pytest.fixture(autouse=True)
 def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fresh stand-in backup store and billing system, and a folder to back up, per test."""
+    """A data folder of its own per test: a folder to back up, a fresh stand-in backup store
+    and billing system."""
     from example_project import app
     from example_project.standins import BackupStore, Billing
 
+    monkeypatch.setattr(app, "settings", dataclasses.replace(app.settings, data_dir=tmp_path))
     monkeypatch.setattr(app, "backup_store", BackupStore(tmp_path / "backups.db"))
     monkeypatch.setattr(app, "billing", Billing(tmp_path / "billing.db"))
-    folder = app.settings.data_dir / "documents"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.txt").write_text("quarterly numbers\n")
+    (tmp_path / "documents").mkdir()
+    (tmp_path / "documents" / "report.txt").write_text("quarterly numbers\n")
     yield
