@@ -76,7 +76,7 @@ def test_a_swapped_step_order_is_reported_with_run_and_position(
     harness: DurableHarness, sqlite_url: str
 ) -> None:
     ids = two_runs(harness)
-    calls, sent, stored = list(replay_app.CALLS), harness._sent, stored_events(harness)
+    calls, sent, stored = list(replay_app.CALLS), harness.seam.sent, stored_events(harness)
     replay_app.BODY["order"] = "ba"
 
     found = harness.replay_check()
@@ -101,7 +101,7 @@ def test_a_swapped_step_order_is_reported_with_run_and_position(
     assert cli(sqlite_url, "--check", "--since", "2026-11-04T00:00Z")[0] == 0
 
     # Nothing was sent, stored or executed by any of the checks.
-    assert (replay_app.CALLS, harness._sent, stored_events(harness)) == (calls, sent, stored)
+    assert (replay_app.CALLS, harness.seam.sent, stored_events(harness)) == (calls, sent, stored)
 
 
 def test_a_changed_later_position_and_a_shorter_body() -> None:

@@ -1,114 +1,33 @@
-"""A pytest plugin for testing a project's schedules and durable tasks (docs/testing-your-code.md).
-
-Enable it with one line in a ``conftest.py`` (it is never loaded by itself)::
-
-    pytest_plugins = ["celery_durable.testing"]
-
-The ``durable`` fixture is a :class:`DurableHarness`: the real :class:`~celery_durable.Durable`
-of the test's Celery app (pytest-celery's ``celery_app``, or ``celery_session_app`` when the
-test uses ``celery_session_worker``) on a fresh journal, with a clock that moves only when the
-test says so and an in-process worker (``celery.contrib.testing.worker.start_worker``, no
-Docker). ``durable.advance(timedelta(days=7))`` moves the clock through every due time, durable
-sleep, retry back-off and countdown on the way, so a week passes in milliseconds.
-
-How time is skipped: every message sent with an ``eta`` (a countdown) is held by the harness
-instead of reaching the broker, and released, without its ``eta``, once the test clock reaches
-it; the dispatcher (``durable.dispatcher()``) is ticked at each due time on the way. Nothing
-in the worker waits for wall time: the worker's short in-process waits ask the clock, which
-moves itself (``TestClock.sleep``).
+"""The ``durable`` fixture's object: a real ``Durable`` with a test clock, a worker in the
+test process, time skipping, crash injection and the replay check (docs/testing-your-code.md).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
-from celery import Celery, signals
+from celery import Celery
 
-from celery_durable.core.codec import time_from_json
 from celery_durable.core.ids import run_stream
 from celery_durable.core.replay import Divergence
 from celery_durable.core.run_aggregate import fold
 from celery_durable.durable import Durable
 from celery_durable.runtime import Runtime
+from celery_durable.testing.clock import TestClock, aware_utc
+from celery_durable.testing.seam import BrokerSeam
 from celery_durable.worker.context import DeliveryKilled
 
-__all__ = [
-    "CrashPlan",
-    "DurableHarness",
-    "StepRecord",
-    "TestClock",
-    "assert_replays",
-    "durable",
-    "durable_app",
-    "durable_clock",
-    "durable_url",
-]
+__all__ = ["CrashPlan", "DurableHarness", "StepRecord", "assert_replays"]
 
 MAX_EVENTS = 100_000
 """Stops in one ``advance``: more means something asks for attention endlessly."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini(
-        "durable_url",
-        "Journal URL of the durable fixture (default: a SQLite file in the test's tmp_path). "
-        "A PostgreSQL URL gets a fresh schema per test.",
-        default="",
-    )
-    parser.addoption(
-        "--durable-url",
-        default=None,
-        help="Journal URL of the durable fixture (overrides the durable_url ini option).",
-    )
-
-
-class TestClock:
-    """An aware UTC clock that moves only when told to; ``sleep`` moves it instead of waiting."""
-
-    __test__ = False  # not a test class for pytest
-
-    def __init__(self, start: datetime | None = None) -> None:
-        start = start or datetime.now(timezone.utc).replace(microsecond=0)
-        self._now = _aware(start, "start")
-        self._lock = threading.Lock()
-        self.slept = 0.0
-        """Seconds the worker asked to wait, skipped by moving the clock."""
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def set(self, moment: datetime) -> None:
-        """Move the clock to ``moment`` (aware); it may not go back."""
-        moment = _aware(moment, "moment")
-        with self._lock:
-            if moment < self._now:
-                raise ValueError(f"the test clock cannot go back from {self._now} to {moment}")
-            self._now = moment
-
-    def sleep(self, seconds: float) -> None:
-        """What the worker calls instead of ``time.sleep``: the clock moves, no wall time passes."""
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-            self.slept += seconds
-
-
-def _aware(moment: datetime, what: str) -> datetime:
-    if not isinstance(moment, datetime) or moment.utcoffset() is None:
-        raise ValueError(f"{what} must be an aware datetime, not {moment!r}")
-    return moment.astimezone(timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +40,6 @@ class StepRecord:
     status: str
     result: Any
     attempts: int
-
-
-@dataclass(order=True)
-class _Held:
-    due: datetime
-    order: int
-    name: str = ""
-    message: Any = None
-    options: Any = None
 
 
 class CrashPlan:
@@ -189,11 +99,8 @@ class DurableHarness:
         else:
             self.durable = Durable(app, url, clock=self.clock)
         self._stack.callback(self.durable.close)
-        self._lock = threading.Condition()
-        self._held: list[_Held] = []
-        self._order = itertools.count()
-        self._in_flight: Counter[str] = Counter()
-        self._sent = 0
+        self._lock = threading.Lock()
+        self.seam = BrokerSeam(app, self.clock)
         self._calls: Counter[tuple[str, str]] = Counter()
         self._plans: list[CrashPlan] = []
         self._dispatcher: Any = None
@@ -204,18 +111,7 @@ class DurableHarness:
 
     def start(self, worker: Any = None) -> DurableHarness:
         """Intercept sends, watch the worker, and start one (unless ``worker`` is given)."""
-        amqp = self.app.amqp
-        original = amqp.send_task_message
-        self._send = original
-
-        def send(producer: Any, name: str, message: Any, **options: Any) -> Any:
-            return self._intercept(producer, name, message, options)
-
-        amqp.send_task_message = send
-        self._stack.callback(lambda: amqp.__dict__.pop("send_task_message", None))
-        for signal in (signals.task_postrun, signals.task_revoked, signals.task_unknown):
-            signal.connect(self._delivery_done, weak=False)
-            self._stack.callback(signal.disconnect, self._delivery_done)
+        self.seam.install(self._stack)
         runtime = self.durable.runtime
         runtime.step_hooks.append(self._on_step)
         self._stack.callback(runtime.step_hooks.remove, self._on_step)
@@ -289,61 +185,6 @@ class DurableHarness:
             self._dispatcher.close()
 
     # -- the broker seam -------------------------------------------------------------------------
-
-    def _intercept(self, producer: Any, name: str, message: Any, options: dict[str, Any]) -> Any:
-        headers = message.headers
-        eta = headers.get("eta") if isinstance(headers, dict) else None
-        if eta:
-            # Celery set the eta from wall time (app.now()); the same delay on the test clock.
-            delay = time_from_json(eta) if isinstance(eta, str) else eta
-            wait = (_aware(delay, "eta") - datetime.now(timezone.utc)).total_seconds()
-            # The eta was taken a moment before now: round up to the millisecond, and hold
-            # for at least one, so that a countdown always lands after the instant it waits
-            # for (else a run that is not due yet would be sent back at the same instant).
-            wait = max(math.ceil(wait * 1000) / 1000, 0.001)
-            message = message._replace(headers={**headers, "eta": None})
-            with self._lock:
-                due = self.clock() + timedelta(seconds=wait)
-                heapq.heappush(self._held, _Held(due, next(self._order), name, message, options))
-            return None
-        return self._publish(producer, name, message, options)
-
-    def _publish(self, producer: Any, name: str, message: Any, options: dict[str, Any]) -> Any:
-        task_id = message.headers.get("id")
-        with self._lock:
-            self._in_flight[task_id] += 1
-            self._sent += 1
-        try:
-            return self._send(producer, name, message, **options)
-        except BaseException:
-            self._finished(task_id)
-            raise
-
-    def _release_due(self) -> None:
-        now = self.clock()
-        while True:
-            with self._lock:
-                if not self._held or self._held[0].due > now:
-                    return
-                item = heapq.heappop(self._held)
-            with self.app.producer_or_acquire() as producer:
-                self._publish(producer, item.name, item.message, item.options)
-
-    def _delivery_done(self, sender: Any = None, **info: Any) -> None:
-        request = info.get("request")
-        task_id = info.get("task_id") or info.get("id") or getattr(request, "id", None)
-        message = info.get("message")
-        if task_id is None and message is not None:
-            task_id = getattr(message, "headers", {}).get("id")
-        self._finished(task_id)
-
-    def _finished(self, task_id: Any) -> None:
-        with self._lock:
-            if self._in_flight.get(task_id, 0) > 0:
-                self._in_flight[task_id] -= 1
-                if not self._in_flight[task_id]:
-                    del self._in_flight[task_id]
-            self._lock.notify_all()
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -447,22 +288,13 @@ class DurableHarness:
         self._worker_ready()
         deadline = time.monotonic() + timeout
         while True:
-            with self._lock:
-                before = self._sent
-            self._release_due()
+            before = self.seam.sent
+            self.seam.release_due()
             self.tick()
-            self._release_due()
-            with self._lock:
-                while self._in_flight:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(
-                            f"the worker did not finish {sorted(self._in_flight)} within "
-                            f"{timeout:g} s"
-                        )
-                    self._lock.wait(min(left, 0.05))
-                if self._sent == before:
-                    return
+            self.seam.release_due()
+            self.seam.wait_idle(deadline, timeout)
+            if self.seam.sent == before:
+                return
 
     def advance(
         self, by: timedelta | None = None, *, until: datetime | None = None, **units: float
@@ -504,7 +336,7 @@ class DurableHarness:
             raise TypeError("give one of: a timedelta, until=datetime, or units (days=…)")
         now = self.clock()
         if until is not None:
-            target = _aware(until, "until")
+            target = aware_utc(until, "until")
         else:
             step = by if by is not None else timedelta(**units)
             if not isinstance(step, timedelta):
@@ -516,9 +348,7 @@ class DurableHarness:
 
     def _next_event(self) -> datetime | None:
         dispatcher = self.dispatcher()
-        with self._lock:
-            held = self._held[0].due if self._held else None
-        moments = [held, dispatcher.next_attention, self.durable.runs.next_resend()]
+        moments = [self.seam.next_due(), dispatcher.next_attention, self.durable.runs.next_resend()]
         found = [m for m in moments if m is not None]
         return min(found) if found else None
 
@@ -544,71 +374,3 @@ def assert_replays(durable: Any, **select: Any) -> None:
     if found:
         lines = "\n".join(f"  {d}" for d in found)
         raise AssertionError(f"{len(found)} run(s) would now take another path:\n{lines}")
-
-
-# -- fixtures ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def durable_clock() -> TestClock:
-    """The test clock of the ``durable`` fixture (starts at the wall time; override to pick)."""
-    return TestClock()
-
-
-@pytest.fixture
-def durable_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """The journal of the ``durable`` fixture: a SQLite file in ``tmp_path``, or, with
-    ``--durable-url``/the ``durable_url`` ini option, that database (a fresh PostgreSQL schema
-    per test, dropped afterwards)."""
-    url = request.config.getoption("--durable-url") or request.config.getini("durable_url")
-    if not url:
-        yield f"sqlite:///{tmp_path / 'journal.db'}"
-        return
-    if not url.startswith("postgresql"):
-        yield url
-        return
-    with _fresh_schema(url) as schema_url:
-        yield schema_url
-
-
-@contextmanager
-def _fresh_schema(url: str) -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    schema = f"cdt_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        parsed = make_url(url)
-        query = dict(parsed.query)
-        query["options"] = f"-csearch_path={schema}"
-        yield parsed.set(query=query).render_as_string(hide_password=False)
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
-
-
-@pytest.fixture
-def durable_app(request: pytest.FixtureRequest) -> Celery:
-    """The app the ``durable`` fixture binds to: ``celery_app``, or ``celery_session_app``
-    when the test uses ``celery_session_worker``. Override it to test a project's own app."""
-    if "celery_session_worker" in request.fixturenames:
-        return request.getfixturevalue("celery_session_app")
-    return request.getfixturevalue("celery_app")
-
-
-@pytest.fixture
-def durable(
-    request: pytest.FixtureRequest, durable_app: Celery, durable_url: str, durable_clock: TestClock
-) -> Iterator[DurableHarness]:
-    """A :class:`DurableHarness` on ``durable_app``: fresh journal, test clock, worker."""
-    harness = DurableHarness(durable_app, durable_url, clock=durable_clock)
-    session_worker = None
-    if "celery_session_worker" in request.fixturenames:
-        session_worker = request.getfixturevalue("celery_session_worker")
-    with harness:
-        harness.start(session_worker)
-        yield harness
