@@ -52,7 +52,7 @@ class Runtime:
         self.url = url
         self.clock: Clock = clock or system_clock
         # A test clock may also sleep (by moving itself): the worker's short waits (a retry
-        # back-off, a sleep of up to a second) then take no wall time. See ``celery_durable.testing``.
+        # back-off, a sleep of up to a second) then take no wall time (celery_durable.testing).
         self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
         self.step_hooks: list[Callable[[str, str, int, str], None]] = []
         """Called in the worker as ``hook(moment, run_id, position, name)``: ``"call"`` before a

@@ -77,7 +77,7 @@ class LostClaim(BaseException):
 
 class DeliveryKilled(BaseException):
     """Stop this delivery on the spot, as a killed worker would: nothing more is stored, the
-    claim stays until its lease passes (raised by a test's step hook, see ``celery_durable.testing``)."""
+    claim stays until its lease passes (raised by a step hook of ``celery_durable.testing``)."""
 
 
 class Changed(Exception):
