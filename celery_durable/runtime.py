@@ -9,6 +9,7 @@ first use.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -50,6 +51,13 @@ class Runtime:
         self.app = app
         self.url = url
         self.clock: Clock = clock or system_clock
+        # A test clock may also sleep (by moving itself): the worker's short waits (a retry
+        # back-off, a sleep of up to a second) then take no wall time (celery_durable.testing).
+        self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
+        self.step_hooks: list[Callable[[str, str, int, str], None]] = []
+        """Called in the worker as ``hook(moment, run_id, position, name)``: ``"call"`` before a
+        step's function runs, ``"stored"`` once its result is stored. A hook may raise
+        :class:`~.worker.context.DeliveryKilled` (a simulated crash at that step boundary)."""
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
 
@@ -122,6 +130,22 @@ class Runtime:
     def is_durable(self, name: str) -> bool:
         """Whether the registered task ``name`` is a durable task."""
         return bool(getattr(self.app.tasks.get(name), "__durable__", False))
+
+    def rebind(self, url: str | None, clock: Clock | None) -> Callable[[], None]:
+        """Point this runtime at another journal and clock (a test harness on a project's
+        app, whose tasks hold this runtime); returns the function that restores both."""
+        saved = (self.url, self.clock, self.sleep)
+
+        def use(url: str | None, clock: Clock | None, sleep: Callable[[float], None]) -> None:
+            self.close()
+            for name in ("config", "journal", "index", "runs"):
+                self.__dict__.pop(name, None)
+            self.url = url
+            self.clock = clock or system_clock
+            self.sleep = sleep
+
+        use(url, clock, getattr(clock, "sleep", None) or time.sleep)
+        return lambda: use(*saved)
 
     def close(self) -> None:
         """Release the journal's connections."""

@@ -158,7 +158,6 @@ def journal_url(request: pytest.FixtureRequest) -> str:
 def redis_url(redis_server_url: str) -> str:
     """Redis URL (test database, default ``/0``), flushed (FLUSHDB) before the test."""
     import redis
-
     from kombu import pools
 
     client = redis.Redis.from_url(redis_server_url)

@@ -44,6 +44,7 @@ LAYERS = [
         "durable",
         "cli",
         "contrib",
+        "testing",
         "__init__",
         "__main__",
     ),
@@ -190,7 +191,12 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_nothing_below_the_adapters_imports_the_facade() -> None:
     users = sorted(s for s, edges in import_graph().items() if "celery_durable.durable" in edges)
-    allowed = ("celery_durable.cli", "celery_durable.contrib", "celery_durable.metrics")
+    allowed = (
+        "celery_durable.cli",
+        "celery_durable.contrib",
+        "celery_durable.metrics",
+        "celery_durable.testing",
+    )
     assert [u for u in users if u != "celery_durable" and not u.startswith(allowed)] == []
 
 

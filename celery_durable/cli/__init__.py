@@ -17,13 +17,14 @@ from celery_durable.cli.admin import db, index
 from celery_durable.cli.common import DurableGroup, invalid, option, start_session
 from celery_durable.cli.health import health
 from celery_durable.cli.importing import import_group
+from celery_durable.cli.replay import replay
 from celery_durable.cli.run import run
 from celery_durable.cli.runs import runs
 from celery_durable.cli.schedules import schedules
 
 __all__ = ["bound_group", "durable", "main"]
 
-_COMMANDS = (schedules, runs, run, index, db, health, import_group)
+_COMMANDS = (schedules, runs, run, replay, index, db, health, import_group)
 
 
 def _global_options(fun: Any) -> Any:

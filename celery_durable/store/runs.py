@@ -123,6 +123,21 @@ class RunStore:
             value = conn.execute(query).scalar()
         return value
 
+    def next_resend(self) -> datetime | None:
+        """The earliest moment the re-sender has something to do: a suspended run's wake time
+        or an active run's lease end (D8, W4); ``None`` when there is none (for test clocks)."""
+        from sqlalchemy import func
+
+        queries = (
+            select(func.min(runs_table.c.wake_at)).where(runs_table.c.status == SUSPENDED),
+            select(func.min(runs_table.c.lease_until)).where(runs_table.c.status.in_(ACTIVE)),
+        )
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            found = [conn.execute(query).scalar() for query in queries]
+        moments = [moment for moment in found if moment is not None]
+        return min(moments) if moments else None
+
     def postpone(self, run_ids: Sequence[str], now: datetime, lease: float) -> None:
         """After re-sending runs: look at them again only if nothing happens for ``lease``.
 
@@ -233,6 +248,24 @@ class RunStore:
         self.journal.ensure_ready()
         with self.journal.engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
+
+    def ended(
+        self, *, since: datetime | None = None, limit: int | None = None
+    ) -> builtins.list[tuple[str, str]]:
+        """``(run ID, task)`` of runs that ended (finished, faulted, cancelled), last ended
+        first; ``since``: only those that ended at or after it (the replay check, W6)."""
+        query = (
+            select(runs_table.c.run_id, runs_table.c.task)
+            .where(runs_table.c.status.in_((FINISHED, FAULTED, CANCELLED)))
+            .order_by(runs_table.c.updated_at.desc(), runs_table.c.run_id)
+        )
+        if since is not None:
+            query = query.where(runs_table.c.updated_at >= since)
+        if limit is not None:
+            query = query.limit(limit)
+        self.journal.ensure_ready()
+        with self.journal.engine.connect() as conn:
+            return [(row.run_id, row.task) for row in conn.execute(query)]
 
     def row(self, run_id: str) -> dict[str, Any] | None:
         """The row of one run as a dict, ``None`` when there is none."""

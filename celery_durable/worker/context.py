@@ -75,6 +75,11 @@ class LostClaim(BaseException):
     """Another delivery owns the run now: stop without storing anything (W8)."""
 
 
+class DeliveryKilled(BaseException):
+    """Stop this delivery on the spot, as a killed worker would: nothing more is stored, the
+    claim stays until its lease passes (raised by a step hook of ``celery_durable.testing``)."""
+
+
 class Changed(Exception):
     """Events stored by others meanwhile change the decision: decide again."""
 
@@ -151,6 +156,16 @@ class RunContext:
 
     def now(self) -> datetime:
         return self.runtime.now()
+
+    def wait(self, seconds: float) -> None:
+        """Wait in the worker (short waits only); a test clock skips the wait."""
+        if seconds > 0:
+            self.runtime.sleep(seconds)
+
+    def notify(self, moment: str, position: int, name: str) -> None:
+        """Tell the runtime's step hooks (tests) that a step is ``"call"``-ed or ``"stored"``."""
+        for hook in list(self.runtime.step_hooks):
+            hook(moment, self.run_id, position, name)
 
     # -- positions ---------------------------------------------------------------------------
 

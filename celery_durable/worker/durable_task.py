@@ -48,6 +48,7 @@ from celery_durable.message import OWNER_HEADER, decode_args, message_json
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
 from celery_durable.worker.context import (
+    DeliveryKilled,
     LostClaim,
     Park,
     RunContext,
@@ -208,6 +209,12 @@ def deliver(
             until = suspend.until
         except _Later as later:
             until = later.until
+        except DeliveryKilled:
+            # A simulated worker crash: nothing more is stored and the claim stays, as after
+            # kill -9. The message is dropped as on a broker that does not redeliver; the
+            # dispatcher sends the run again once its lease has passed (D8).
+            log.warning("run %r: delivery killed (simulated crash)", run_id)
+            raise Reject("delivery killed (simulated crash)", requeue=False) from None
         except _NotClaimed as away:
             # Nothing of the run has happened in this delivery: the message must go back to
             # the broker, never be acknowledged as done (W1). apply() has no message: the

@@ -42,8 +42,10 @@ def _value(name: str, make: Callable[[], Any], decode: Callable[[Any], Any]) -> 
             raise step_failed(run.run_id, position, name, record.error or {}, record.attempts)
     if run.state.cancel_pending:
         raise cancelled(run, position, name, name)
+    run.notify("call", position, name)
     value = make()
     run.append([run.event(STEP_COMPLETED, position, name=name, kind=name, result=value)])
+    run.notify("stored", position, name)
     return decode(value)
 
 
@@ -96,8 +98,7 @@ def sleep(duration: Seconds) -> None:
     if remaining <= INLINE_WAIT:
         if events:
             run.append(events)
-        if remaining > 0:
-            time.sleep(remaining)
+        run.wait(remaining)
         return
     try:
         raise run.suspend(wake, "sleep", events)

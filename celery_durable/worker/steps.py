@@ -168,6 +168,7 @@ def run_step(
     began = time.monotonic()
     while True:
         run.step = StepContext(run.run_id, position, attempt, run.key(position), run.task)
+        run.notify("call", position, name)
         run.in_step = True
         try:
             result = _call(fun, args, kwargs, policy.timeout)
@@ -226,6 +227,7 @@ def run_step(
         if attempt > 1:
             data["attempt"] = attempt
         run.append([run.event(STEP_COMPLETED, position, **data)])
+        run.notify("stored", position, name)
         return result
 
 
@@ -258,8 +260,7 @@ def _wait_or_suspend(
     if wait <= INLINE_WAIT and not run.state.cancel_pending:
         if events:
             run.append(events)
-        if wait > 0:
-            time.sleep(wait)
+        run.wait(wait)
         return
     if run.state.cancel_pending:
         raise cancelled(run, position, name, kind, attempts)

@@ -1,0 +1,75 @@
+"""``celery durable replay --check``: would the current code replay the stored runs? (W6)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import click
+
+from celery_durable.cli import parse
+from celery_durable.cli.common import (
+    FAILED,
+    CliError,
+    echo,
+    emit_json,
+    invalid,
+    json_option,
+    not_found,
+    option,
+    printable,
+    session,
+    shown,
+)
+
+
+@click.command(name="replay")
+@option("--check", is_flag=True, help="Report runs that would take another path (required).")
+@option("--schedule", "schedule", metavar="ID", help="Only the runs of this schedule.")
+@option("--run", "run_id", metavar="RUN_ID", help="Only this run.")
+@option(
+    "--since",
+    metavar="WHEN",
+    help="Only runs that ended since then: a duration back from now (7d, 12h) or an instant.",
+)
+@option("--limit", type=click.IntRange(1), help="At most this many runs, last ended first.")
+@json_option
+def replay(
+    check: bool, schedule: str | None, run_id: str | None, since: str | None, limit: int | None
+) -> None:
+    """Replay ended durable runs against the current code, storing and sending nothing.
+
+    Every run whose body would now ask for another step than the journal holds at some
+    position (the run would be parked, W6) is listed with that position; exit 1 if there is
+    one, 0 otherwise. Steps do not run; code outside steps runs as on any replay.
+    """
+    from celery_durable.worker.replay import check_runs
+
+    if not check:
+        raise invalid("give --check: the replay command only checks (it never runs steps)")
+    if run_id is not None and (schedule is not None or since is not None):
+        raise invalid("--run names one run: it cannot be combined with --schedule or --since")
+    current = session()
+    durable = current.durable
+    if run_id is not None and durable.run_ended(run_id) is None:
+        if durable.runs.row(run_id) is None:
+            raise not_found(f"no durable run {shown(run_id)} has started")
+        raise invalid(f"run {shown(run_id)} has not ended: only ended runs are checked")
+    since_at = None if since is None else _since(since, durable.now())
+    found = check_runs(
+        durable.runtime, schedule=schedule, run_id=run_id, since=since_at, limit=limit
+    )
+    if current.json:
+        emit_json({"divergent": [d.to_json() for d in found]})
+    else:
+        for divergence in found:
+            echo(printable(str(divergence)))
+        if not found:
+            echo("every checked run replays on the stored path")
+    if found:
+        raise CliError(f"{len(found)} run(s) would now take another path (W6)", FAILED)
+
+
+def _since(text: str, now: datetime) -> datetime:
+    if text.strip()[:1].isdigit() and "-" not in text and ":" not in text:
+        return now - parse.duration(text, "--since")
+    return parse.instant(text, "--since", None).astimezone(timezone.utc)

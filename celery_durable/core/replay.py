@@ -1,0 +1,86 @@
+"""The replay check's comparison: where a body's path leaves the stored one (W6). Pure.
+
+A durable run's journal records, per position, the name and kind of the step the body asked
+for. Replaying an ended run against new code yields the path the new body takes through the
+stored results; the first position where the two differ is what a deploy would park (W6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Step = tuple[str, str]
+"""``(name, kind)`` of a position: kind ``step``, ``sleep``, ``signal``, ``now`` …"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    """The first position where a run's body now takes another path than the stored one.
+
+    ``expected`` is what the journal holds there (``None``: the stored run had ended before
+    it); ``found`` what the body asks for now (``None``: the body now ends there).
+    """
+
+    run_id: str
+    task: str
+    position: int
+    expected: Step | None
+    found: Step | None
+    detail: str | None = None
+    """Set when the run could not be replayed at all (its task is not registered)."""
+
+    def __str__(self) -> str:
+        if self.detail is not None:
+            return f"run {self.run_id!r} ({self.task}): {self.detail}"
+        return f"run {self.run_id!r} ({self.task}) at position {self.position}: " + describe(
+            self.expected, self.found
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the CLI prints with ``--json``."""
+
+        def step(value: Step | None) -> dict[str, str] | None:
+            return None if value is None else {"name": value[0], "kind": value[1]}
+
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "position": self.position,
+            "expected": step(self.expected),
+            "found": step(self.found),
+            "message": str(self),
+        }
+
+
+def describe(expected: Step | None, found: Step | None) -> str:
+    """The difference at one position, in words."""
+    held = "nothing (the run ended before it)" if expected is None else _step(expected)
+    asked = "to end there" if found is None else f"for {_step(found)}"
+    return f"the journal holds {held} but the body now asks {asked}"
+
+
+def _step(value: Step) -> str:
+    name, kind = value
+    return f"{kind} {name!r}"
+
+
+def first_divergence(
+    stored: Mapping[int, Step], replayed: Sequence[Step], *, body_ended: bool
+) -> tuple[int, Step | None, Step | None] | None:
+    """``(position, expected, found)`` of the first difference, or ``None`` when the paths agree.
+
+    ``replayed``: the positions the new body asked for, in order; ``body_ended``: whether the
+    body returned or raised by itself after them (rather than being stopped at a difference).
+    A body that ends while stored positions remain diverges at the first of them.
+    """
+    for position, step in enumerate(replayed):
+        expected = stored.get(position)
+        if expected != tuple(step):
+            return position, expected, tuple(step)  # type: ignore[return-value]
+    if body_ended:
+        left = sorted(p for p in stored if p >= len(replayed))
+        if left:
+            return left[0], stored[left[0]], None
+    return None

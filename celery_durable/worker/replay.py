@@ -1,0 +1,139 @@
+"""The replay check: ended durable runs replayed against the current code, storing nothing (W6).
+
+Each run's body is called again inside a :class:`ReplayContext`: every position it reaches is
+answered from the journal (a stored result, a stored failure, a sleep that is over), no step
+function runs, and nothing is appended (an attempt to store stops the replay). The path the
+body takes is compared with the stored one by :func:`~celery_durable.core.replay.first_divergence`.
+Code outside steps runs as it does on every replay: it must be free of side effects (W2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.core.ids import run_stream
+from celery_durable.core.journal import NewEvent
+from celery_durable.core.replay import Divergence, Step, first_divergence
+from celery_durable.core.run_aggregate import Position, RunState, fold
+from celery_durable.message import decode_args
+from celery_durable.worker.context import RunContext
+
+if TYPE_CHECKING:
+    from celery_durable.runtime import Runtime
+
+AFTER_EVERYTHING = datetime(9999, 1, 1, tzinfo=timezone.utc)
+"""The replay's clock: every stored sleep, retry and timeout of an ended run is over."""
+
+
+class _Stop(BaseException):
+    """The body left the stored path (or would store something): the replay ends here."""
+
+
+class ReplayContext(RunContext):
+    """A run context that answers from the journal only and never writes."""
+
+    def __init__(self, runtime: Runtime, run_id: str, task: str, state: RunState) -> None:
+        super().__init__(
+            runtime,
+            run_id=run_id,
+            task=task,
+            owner="replay-check",
+            state=state,
+            short_sleep=0.0,
+            eager=False,
+        )
+        self.path: list[Step] = []
+
+    def reach(self, name: str, kind: str) -> tuple[int, Position | None]:
+        position = self.position
+        self.position += 1
+        self.path.append((name, kind))
+        record = self.state.positions.get(position)
+        if record is None or (record.name, record.kind) != (name, kind):
+            raise _Stop()
+        return position, record
+
+    def append(
+        self,
+        events: Sequence[NewEvent],
+        row: dict[str, Any] | None = None,
+        *,
+        abort_if: Callable[[], bool] | None = None,
+    ) -> None:
+        raise _Stop()
+
+    def now(self) -> datetime:
+        return AFTER_EVERYTHING
+
+    def wait(self, seconds: float) -> None:
+        return None
+
+    def notify(self, moment: str, position: int, name: str) -> None:
+        return None
+
+
+def replay_run(runtime: Runtime, run_id: str) -> Divergence | None:
+    """Replay one ended run against the registered task's current body; ``None`` when the
+    body takes the stored path. Runs that have not ended are not replayed (``None``)."""
+    state = fold(runtime.journal.read_stream(run_stream(run_id)))
+    if not state.ended or state.message is None:
+        return None
+    task_name = state.task or ""
+    stored = {pos: (p.name, p.kind) for pos, p in state.positions.items()}
+    task = runtime.app.tasks.get(task_name)
+    if task is None or not getattr(task, "__durable__", False):
+        return Divergence(
+            run_id=run_id,
+            task=task_name,
+            position=0,
+            expected=stored.get(0),
+            found=None,
+            detail=f"task {task_name!r} is not a durable task registered in this app",
+        )
+    context = ReplayContext(runtime, run_id, task_name, state)
+    args = decode_args(state.message.get("args") or [])
+    kwargs = dict(state.message.get("kwargs") or {})
+    token = context.activate()
+    ended = True
+    try:
+        task._body(*args, **kwargs)
+    except _Stop:
+        ended = False
+    except Exception:
+        pass  # the body raised (a stored failure raised again): its path ends there
+    finally:
+        context.deactivate(token)
+    found = first_divergence(stored, context.path, body_ended=ended)
+    if found is None:
+        return None
+    position, expected, asked = found
+    return Divergence(
+        run_id=run_id, task=task_name, position=position, expected=expected, found=asked
+    )
+
+
+def check_runs(
+    runtime: Runtime,
+    *,
+    schedule: str | None = None,
+    run_id: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = None,
+) -> list[Divergence]:
+    """Replay ended runs (all, one ``run_id``, those of one ``schedule``, those ended
+    ``since``; at most ``limit``, last ended first) and return every divergence (W6)."""
+    if run_id is not None:
+        ids = [run_id]
+    else:
+        rows = runtime.runs.ended(since=since, limit=None if schedule else limit)
+        ids = [rid for rid, _ in rows if schedule is None or rid.startswith(f"{schedule}@")]
+        if limit is not None:
+            ids = ids[:limit]
+    found = []
+    for rid in ids:
+        divergence = replay_run(runtime, rid)
+        if divergence is not None:
+            found.append(divergence)
+    return found

@@ -1,0 +1,151 @@
+"""The replay check (W6): ended runs replayed against the current code, storing nothing.
+
+A changed step order is reported with the run ID and the first differing position; an
+unchanged body reports nothing; the check neither sends a message nor appends an event, and
+no step function runs. Through the API, the pytest helper and ``celery durable replay``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery.bin.celery import celery as celery_main
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+
+from celery_durable import Every
+from celery_durable.core.replay import Divergence, first_divergence
+from celery_durable.store.journal.schema import events
+from celery_durable.testing import DurableHarness, TestClock, assert_replays
+from celery_durable.worker.replay import check_runs
+from tests.support import replay_app
+from tests.support.clock import T0
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def harness(sqlite_url: str) -> Iterator[DurableHarness]:
+    replay_app.reset()
+    with DurableHarness(replay_app.app, sqlite_url, clock=TestClock(T0)) as h:
+        h.start()
+        yield h
+    replay_app.reset()
+
+
+def stored_events(h: DurableHarness) -> int:
+    with h.durable.journal.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(events)).scalar_one())
+
+
+def two_runs(h: DurableHarness) -> list[str]:
+    replay_app.order.apply_async(task_id="by-hand-1")
+    h.schedules.create("every-day", "replay.order", None, Every(timedelta(days=1)))
+    h.advance(days=1, hours=3)
+    ids = ["by-hand-1", h.schedules.runs("every-day")[0].run_id]
+    assert [h.result(i) for i in ids] == [["A", "B"], ["A", "B"]]
+    return ids
+
+
+def cli(url: str, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        celery_main,
+        ["-A", "tests.support.replay_app", "durable", "--url", url, "replay", *args],
+        catch_exceptions=False,
+    )
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_unchanged_body_reports_nothing(harness: DurableHarness, sqlite_url: str) -> None:
+    two_runs(harness)
+    replay_app.faults.apply_async(task_id="faults-1")
+    harness.run_until_idle()
+    assert harness.run_ended("faults-1") == "faulted"
+    assert check_runs(harness.durable.runtime) == []
+    assert_replays(harness)
+    assert cli(sqlite_url, "--check") == (0, "every checked run replays on the stored path\n")
+
+
+def test_a_swapped_step_order_is_reported_with_run_and_position(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    ids = two_runs(harness)
+    calls, sent, stored = list(replay_app.CALLS), harness.seam.sent, stored_events(harness)
+    replay_app.BODY["order"] = "ba"
+
+    found = harness.replay_check()
+    assert sorted(d.run_id for d in found) == sorted(ids)
+    assert {(d.position, d.expected, d.found) for d in found} == {(0, ("a", "step"), ("b", "step"))}
+    assert "at position 0: the journal holds step 'a' but the body now asks for step 'b'" in str(
+        found[0]
+    )
+    with pytest.raises(AssertionError, match="2 run\\(s\\) would now take another path"):
+        assert_replays(harness)
+    code, out = cli(sqlite_url, "--check", "--json")
+    assert code == 1
+    reported = json.loads(out[: out.rindex("}") + 1])["divergent"]
+    assert sorted(r["run_id"] for r in reported) == sorted(ids)
+    assert {r["position"] for r in reported} == {0}
+    code, out = cli(sqlite_url, "--check", "--schedule", "every-day")
+    assert code == 1 and ids[1] in out and ids[0] not in out
+    code, out = cli(sqlite_url, "--check", "--run", "by-hand-1")
+    assert code == 1 and "'by-hand-1'" in out and ids[1] not in out
+    # The runs ended on the test clock's 2026-11-03; the CLI's clock is the wall clock.
+    assert cli(sqlite_url, "--check", "--since", "2026-11-01T00:00Z")[0] == 1
+    assert cli(sqlite_url, "--check", "--since", "2026-11-04T00:00Z")[0] == 0
+
+    # Nothing was sent, stored or executed by any of the checks.
+    assert (replay_app.CALLS, harness.seam.sent, stored_events(harness)) == (calls, sent, stored)
+
+
+def test_a_changed_later_position_and_a_shorter_body() -> None:
+    stored = {0: ("a", "step"), 1: ("sleep", "sleep"), 2: ("b", "step")}
+    assert first_divergence(stored, [("a", "step"), ("sleep", "sleep"), ("b", "step")],
+                            body_ended=True) is None  # fmt: skip
+    assert first_divergence(stored, [("a", "step"), ("now", "now")], body_ended=False) == (
+        1, ("sleep", "sleep"), ("now", "now"),
+    )  # fmt: skip
+    assert first_divergence(stored, [("a", "step")], body_ended=True) == (
+        1, ("sleep", "sleep"), None,
+    )  # fmt: skip
+    assert first_divergence(stored, [*stored.values(), ("c", "step")], body_ended=False) == (
+        3, None, ("c", "step"),
+    )  # fmt: skip
+    text = str(Divergence(run_id="r", task="t", position=3, expected=None, found=("c", "step")))
+    assert text == (
+        "run 'r' (t) at position 3: the journal holds nothing (the run ended before it) "
+        "but the body now asks for step 'c'"
+    )
+
+
+STEPS = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["step", "sleep", "now"]))
+
+
+@given(path=st.lists(STEPS, max_size=8), data=st.data())
+def test_first_divergence_finds_exactly_the_first_changed_position(
+    path: list[Any], data: Any
+) -> None:
+    stored = dict(enumerate(path))
+    assert first_divergence(stored, path, body_ended=True) is None
+    if not path:
+        return
+    k = data.draw(st.integers(0, len(path) - 1))
+    other = data.draw(STEPS.filter(lambda step: step != path[k]))
+    changed = [*path[:k], other, *path[k + 1 :]]
+    assert first_divergence(stored, changed, body_ended=True) == (k, path[k], other)
+    assert first_divergence(stored, path[:k], body_ended=True) == (k, path[k], None)
+
+
+def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: str) -> None:
+    code, out = cli(sqlite_url)
+    assert code == 2 and "give --check" in out
+    code, out = cli(sqlite_url, "--check", "--run", "nope")
+    assert code == 3 and "no durable run 'nope'" in out
+    code, out = cli(sqlite_url, "--check", "--run", "x", "--since", "1d")
+    assert code == 2 and "cannot be combined" in out
