@@ -286,6 +286,11 @@ def test_a_second_run_changes_only_what_changed(
     assert not durable.schedules.state("routing").paused
     assert [i.schedule_id for i in fourth.removed] == ["starts-later"]
     assert durable.schedules.state("starts-later").paused
+    # Each stored step says where it came from (O5).
+    history = [(h.action, h.reason) for h in durable.schedules.history("routing")]
+    assert history[0] == ("created", "imported from django-celery-beat")
+    assert history[-2][0] == "paused" and history[-2][1].startswith("disabled in ")
+    assert history[-1] == ("resumed", "imported from django-celery-beat")
 
 
 def _sql(path: str, statement: str) -> None:

@@ -243,12 +243,12 @@ def _next_due(state: ScheduleState) -> datetime | None:
     return replace(state, paused=False).next_due()
 
 
-def _create(content: Content, since: datetime | None, now: datetime) -> Create:
-    return Create(content=content, now=now, since=since)
+def _create(content: Content, since: datetime | None, reason: str, now: datetime) -> Create:
+    return Create(content=content, now=now, since=since, reason=reason)
 
 
-def _change(content: Content, since: datetime | None, now: datetime) -> Change:
-    return Change(content=content, now=now, since=since)
+def _change(content: Content, since: datetime | None, reason: str, now: datetime) -> Change:
+    return Change(content=content, now=now, since=since, reason=reason)
 
 
 def apply(schedules: Schedules, result: ImportPlan) -> None:
@@ -257,10 +257,11 @@ def apply(schedules: Schedules, result: ImportPlan) -> None:
         if item.action in (REFUSED, SKIP) or item.schedule_id is None or item.content is None:
             continue
         sid, content, since = item.schedule_id, item.content, item.since
+        why = f"imported from {result.source}"  # the schedule's history says so (O5)
         if item.action == CREATE:
-            schedules._execute(sid, partial(_create, content, since))
+            schedules._execute(sid, partial(_create, content, since, why))
         elif item.action == CHANGE:
-            schedules._execute(sid, partial(_change, content, since))
+            schedules._execute(sid, partial(_change, content, since, why))
         state = schedules.store.load(sid)
         if item.paused is not None and not state.paused:
             schedules.pause(sid, reason=item.paused)
@@ -269,7 +270,7 @@ def apply(schedules: Schedules, result: ImportPlan) -> None:
             and state.paused
             and any(n.startswith("resumed") for n in item.notes)
         ):
-            schedules.resume(sid)
+            schedules.resume(sid, reason=why)
         if item.action != UNCHANGED or item.paused:
             log.info("%s: %s %s → %s", result.source, item.action, item.name, sid)
     for item in result.removed:
