@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from celery_durable.cli.admin import db, index
+from celery_durable.cli.admin import db, index, prune
 from celery_durable.cli.common import DurableGroup, invalid, option, start_session
 from celery_durable.cli.run import run
 from celery_durable.cli.runs import runs
@@ -21,7 +21,7 @@ from celery_durable.cli.schedules import schedules
 
 __all__ = ["bound_group", "durable", "main"]
 
-_COMMANDS = (schedules, runs, run, index, db)
+_COMMANDS = (schedules, runs, run, index, db, prune)
 
 
 def _global_options(fun: Any) -> Any:

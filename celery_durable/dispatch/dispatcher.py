@@ -34,6 +34,7 @@ from celery_durable.core.schedule_aggregate import (
     MarkStarted,
     ScheduleState,
 )
+from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording
 from celery_durable.dispatch.resender import Resender
@@ -95,6 +96,7 @@ class Dispatcher:
         self.resender = Resender(
             self.app, self.runs, poll_interval=self.poll_interval, run_lease=self.run_lease
         )
+        self.pruning = PruneJob(runtime, self.index, self.lease)  # O1, in the background
         self._loaded = False
         self._missed = 0
 
@@ -160,6 +162,7 @@ class Dispatcher:
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
             )
         self.resender.resend(now)
+        self.pruning.poke(now)
         return self._sleep_after(self.runtime.now())
 
     def load(self, now: datetime) -> None:
@@ -265,6 +268,7 @@ class Dispatcher:
 
     def close(self) -> None:
         """Write the lagging index rows, give up the lease; calling it twice is harmless."""
+        self.pruning.close()
         self.recorder.close()
         if self._loaded:
             try:
