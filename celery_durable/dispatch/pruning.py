@@ -12,6 +12,7 @@ import logging
 import threading
 from datetime import datetime, timedelta
 
+from celery_durable.errors import JournalError
 from celery_durable.runtime import Runtime
 from celery_durable.store.index import ScheduleIndex
 from celery_durable.store.lease import Lease
@@ -67,6 +68,8 @@ class PruneJob:
             self.last = self.pruner.prune(
                 now, self.retention, keep_going=self._holds_lease, pause=BATCH_PAUSE
             )
+        except JournalError as exc:  # away or closed: the next pass tries again
+            log.warning("retention pass stopped: %s", exc)
         except Exception:  # the next pass tries again; deciding goes on meanwhile
             log.warning("retention pass failed", exc_info=True)
 

@@ -149,7 +149,7 @@ class Pruner:
         self._prune_schedules(report, now, more)
         if report.complete:
             self._prune_runs(report, more)
-        if report.complete and not dry_run:
+        if report.complete and not dry_run and (report.schedule_events or report.runs):
             self._return_space(more)
         log.info(
             "retention: %s %d schedule event(s) (%d snapshot(s)), %d run(s) with %d event(s)%s",
