@@ -229,20 +229,31 @@ def size_case(a: argparse.Namespace, td: Path) -> list[dict[str, Any]]:
 def measure(durable: Durable) -> dict[str, Any]:
     engine = durable.journal.engine
     with engine.connect() as conn:
-        events = int(conn.execute(sa.select(sa.func.count()).select_from(events_table)).scalar() or 0)
+        events = int(
+            conn.execute(sa.select(sa.func.count()).select_from(events_table)).scalar() or 0
+        )
         if engine.dialect.name == "sqlite":
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             pages = int(conn.exec_driver_sql("PRAGMA page_count").scalar() or 0)
             size = pages * int(conn.exec_driver_sql("PRAGMA page_size").scalar() or 0)
         else:
-            size = int(conn.exec_driver_sql("SELECT pg_total_relation_size('celery_durable_events')").scalar() or 0)
+            size = int(
+                conn.exec_driver_sql(
+                    "SELECT pg_total_relation_size('celery_durable_events')"
+                ).scalar()
+                or 0
+            )
     return {"event_rows": events, "bytes": size}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--only", default="steady,startup,state,size")
-    ap.add_argument("--url", default=None, help="a PostgreSQL URL (an empty database) instead of SQLite files")
+    ap.add_argument(
+        "--url", default=None, help="a PostgreSQL URL (an empty database) instead of SQLite files"
+    )
     ap.add_argument("--n-steady", type=int, default=1000)
     ap.add_argument("--history", type=int, default=100, help="old runs per schedule in steady")
     ap.add_argument("--warmup", type=float, default=10.0)
