@@ -575,11 +575,11 @@ def test_db_init_sql_prints_mysql_and_mariadb_ddl_without_connecting() -> None:
     assert "mariadb:// URL" in text
     assert "position BIGINT NOT NULL AUTO_INCREMENT" in text and "LONGTEXT" in text
     assert "DATETIME(6)" in text and "ENGINE=InnoDB CHARSET=utf8mb4" in text
-    assert text.count("COLLATE=utf8mb4_0900_bin") == text.count("CREATE TABLE") == 7
+    assert text.count("COLLATE=utf8mb4_0900_bin") == text.count("CREATE TABLE") == 8
     assert "CREATE TABLE celery_durable_locks" in text and "s3cret" not in text
     text = ok(f"mariadb://bob@127.0.0.1:{port}/prod", "db", "init", "--sql")
     assert text.startswith("-- celery_durable schema for mariadb")
-    assert text.count("COLLATE=utf8mb4_nopad_bin") == text.count("CREATE TABLE") == 7
+    assert text.count("COLLATE=utf8mb4_nopad_bin") == text.count("CREATE TABLE") == 8
 
 
 def test_passwords_never_appear_in_errors() -> None:

@@ -156,7 +156,7 @@ def test_the_dispatcher_stops_pruning_when_it_loses_the_lease(sqlite_url: str) -
         before = count(durable, events_table)
         dispatcher.lease.held = False  # as after a failed renewal: another beat took over
         job = dispatcher.pruning
-        job._next = None
+        job._next = clock()  # a pass is due now
         job.poke(clock())
         report = job.wait()
         assert report is not None and not report.complete and report.schedule_events == 0

@@ -69,7 +69,12 @@ def test_kill_in_a_prune_batch_leaves_nothing_half_deleted(
     before = {v.id: v for v in durable.schedules.list()}
     events = count(durable, events_table)
 
-    env = {"E2E_BROKER": broker, "E2E_SINK": broker, "CELERY_DURABLE_URL": sqlite_url}
+    env = {
+        "E2E_BROKER": broker,
+        "E2E_SINK": broker,
+        "CELERY_DURABLE_URL": sqlite_url,
+        "E2E_PRUNE_INTERVAL": "1",  # the first pass one second after start-up
+    }
     crash = env | {"CELERY_DURABLE_TEST_CRASH": "prune-batch"}
     with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat1.log", env=crash) as beat:
         wait_for(lambda: beat.returncode is not None, timeout=60)

@@ -1,9 +1,10 @@
 """The working dispatcher's retention passes (O1), in a background thread.
 
 Deciding never waits for a pass: the tick only starts one (at most every
-``durable_prune_interval``) and returns. The pass works in batches of ``durable_prune_batch``
-rows, each one short transaction, and stops before the next batch when this process no longer
-holds the dispatcher lease (another beat took over) or the dispatcher closes.
+``durable_prune_interval``, the first one interval after start-up) and returns. The pass works
+in batches of ``durable_prune_batch`` rows, each one short transaction, and stops before the
+next batch when this process no longer holds the dispatcher lease (another beat took over) or
+the dispatcher closes.
 """
 
 from __future__ import annotations
@@ -42,8 +43,15 @@ class PruneJob:
         self._closing = threading.Event()
 
     def poke(self, now: datetime) -> None:
-        """Start a pass if one is due and none is running (the tick holds the lease)."""
-        if self._next is not None and now < self._next:
+        """Start a pass if one is due and none is running (the tick holds the lease).
+
+        The first pass comes one interval after the first tick: start-up and its catch-up
+        have the journal to themselves, and start-up reads only recent events (D2).
+        """
+        if self._next is None:
+            self._next = now + self.interval
+            return
+        if now < self._next:
             return
         if self._thread is not None and self._thread.is_alive():
             return
