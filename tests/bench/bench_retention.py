@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -232,18 +234,21 @@ def measure(durable: Durable) -> dict[str, Any]:
         events = int(
             conn.execute(sa.select(sa.func.count()).select_from(events_table)).scalar() or 0
         )
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            pages = int(conn.exec_driver_sql("PRAGMA page_count").scalar() or 0)
-            size = pages * int(conn.exec_driver_sql("PRAGMA page_size").scalar() or 0)
-        else:
+        if engine.dialect.name != "sqlite":
             size = int(
                 conn.exec_driver_sql(
                     "SELECT pg_total_relation_size('celery_durable_events')"
                 ).scalar()
                 or 0
             )
-    return {"event_rows": events, "bytes": size}
+            return {"event_rows": events, "bytes": size}
+    path = engine.url.database or ""
+    raw = sqlite3.connect(path)
+    try:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        raw.close()
+    return {"event_rows": events, "bytes": os.path.getsize(path)}
 
 
 def main() -> None:
