@@ -48,7 +48,7 @@ class DurableConfig:
     ``timedelta`` or seconds."""
     prune_interval: float = 300.0
     """``durable_prune_interval``: seconds between the dispatcher's retention passes (O1)."""
-    prune_batch: int = 500
+    prune_batch: int = 100
     """``durable_prune_batch``: rows per retention batch, one short transaction each (O1)."""
 
     def __repr__(self) -> str:
@@ -87,7 +87,7 @@ class DurableConfig:
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
             retention=_retention(conf.get("durable_retention")),
             prune_interval=_positive(conf, "durable_prune_interval", 300.0),
-            prune_batch=int(_positive(conf, "durable_prune_batch", 500)),
+            prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
         )
 
 

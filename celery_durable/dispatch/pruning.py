@@ -23,7 +23,7 @@ __all__ = ["PruneJob"]
 
 log = logging.getLogger("celery_durable.dispatcher")
 
-BATCH_PAUSE = 0.01
+BATCH_PAUSE = 0.02
 """Seconds between two batches: on SQLite the dispatcher's writes get the journal in between."""
 
 

@@ -58,7 +58,7 @@ __all__ = ["DEFAULT_BATCH", "RUN_EVENT_TYPES", "PruneReport", "Pruner"]
 
 log = logging.getLogger("celery_durable.retention")
 
-DEFAULT_BATCH = 500
+DEFAULT_BATCH = 100
 """Events (or runs) looked at per batch: one short transaction each."""
 
 RUN_EVENT_TYPES = frozenset(
