@@ -89,6 +89,7 @@ class PruneReport:
     dry_run: bool = False
     schedule_events: int = 0
     snapshots: int = 0
+    """Schedules whose snapshot the pass wrote (or would write)."""
     runs: int = 0
     run_events: int = 0
     batches: int = 0
@@ -184,6 +185,7 @@ class Pruner:
         self, report: PruneReport, now: datetime, more: Callable[[], bool]
     ) -> None:
         position = 0
+        snapshotted: set[str] = set()
         while more():
             batch = self.journal.read_all(position, category="schedule", limit=self.batch)
             if not batch:
@@ -196,7 +198,8 @@ class Pruner:
                     if due is not None and due < report.horizon:
                         old.append((event, due))
             if old:
-                self._prune_schedule_batch(old, report, now)
+                snapshotted |= self._prune_schedule_batch(old, report, now)
+                report.snapshots = len(snapshotted)
             report.batches += 1
             # Positions follow time: once a batch ends in events after the horizon, the rest
             # of the journal is newer still.
@@ -206,7 +209,8 @@ class Pruner:
 
     def _prune_schedule_batch(
         self, old: Sequence[tuple[StoredEvent, datetime]], report: PruneReport, now: datetime
-    ) -> None:
+    ) -> set[str]:
+        """Remove one batch's events with their schedules' snapshots; return those schedules."""
         sids = sorted({stream_schedule_id(e.stream) for e, _ in old})
         rows = self.index.load(sids)
         positions: list[int] = []
@@ -220,16 +224,16 @@ class Pruner:
             through = covered[sid][1] if sid in covered else due
             covered[sid] = (state, max(through, due))
         if not positions:
-            return
+            return set()
         report.schedule_events += len(positions)
-        report.snapshots += len(covered)
         if report.dry_run:
-            return
+            return set(covered)
         with self.journal.transaction() as conn:
             for state, through in covered.values():
                 SnapshotStore.write(conn, state, through, now)
             _crash_point("prune-batch")
             _delete_positions(conn, positions)
+        return set(covered)
 
     # Durable runs ---------------------------------------------------------------------------
 
