@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from celery_durable.core.codec import DEFAULT_MAX_INPUT_BYTES
@@ -44,6 +45,13 @@ class DurableConfig:
     """``durable_leader_lease``: seconds before a standby takes over a silent dispatcher (D6)."""
     late_after: float = 60.0
     """``durable_late_after``: a run decided more than this after its due time is late (O4)."""
+    retention: timedelta = timedelta(days=30)
+    """``durable_retention``: runs over and due longer ago than this are removed (O1); a
+    ``timedelta`` or seconds."""
+    prune_interval: float = 300.0
+    """``durable_prune_interval``: seconds between the dispatcher's retention passes (O1)."""
+    prune_batch: int = 100
+    """``durable_prune_batch``: rows per retention batch, one short transaction each (O1)."""
 
     def __repr__(self) -> str:
         from dataclasses import fields
@@ -80,6 +88,9 @@ class DurableConfig:
             leader_lease=_positive(conf, "durable_leader_lease", 10.0),
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
             late_after=_positive(conf, "durable_late_after", 60.0),
+            retention=_retention(conf.get("durable_retention")),
+            prune_interval=_positive(conf, "durable_prune_interval", 300.0),
+            prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
         )
 
 
@@ -126,6 +137,23 @@ def _positive(conf: Any, key: str, default: float) -> float:
     if not number > 0:
         raise ConfigError(f"{key} must be positive, not {value!r}")
     return number
+
+
+def _retention(value: Any) -> timedelta:
+    """``durable_retention``: a ``timedelta`` or a number of seconds, at least one hour."""
+    if value is None:
+        return timedelta(days=30)
+    if isinstance(value, timedelta):
+        retention = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        retention = timedelta(seconds=value)
+    else:
+        raise ConfigError(
+            f"durable_retention must be a timedelta or a number of seconds, not {value!r}"
+        )
+    if retention < timedelta(hours=1):
+        raise ConfigError(f"durable_retention must be at least one hour, not {retention}")
+    return retention
 
 
 def import_task_modules(app: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from celery_durable.core.outcomes import Outcome
     from celery_durable.core.retry import Retry
     from celery_durable.dispatch.dispatcher import Dispatcher
+    from celery_durable.store.retention import PruneReport
     from celery_durable.worker.durable_task import DurableTask
 
 P = ParamSpec("P")
@@ -181,6 +182,22 @@ class Durable:
     def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""
         control.signal(self.runtime, run_id, name, payload)
+
+    def prune(self, older_than: timedelta | None = None, *, dry_run: bool = False) -> PruneReport:
+        """Remove the runs that are over and due before ``now - older_than`` (O1).
+
+        ``older_than`` defaults to ``durable_retention`` (30 days). Works in small batches, each
+        one short transaction; safe while beat runs. With ``dry_run`` only counts. Returns a
+        :class:`~.store.retention.PruneReport`. See docs/retention.md.
+        """
+        from celery_durable.store.retention import Pruner
+
+        config = self.config
+        pruner = Pruner(self.journal, self.index, batch=config.prune_batch)
+        now = self.now()
+        if not dry_run:
+            pruner.catch_up_index(now)
+        return pruner.prune(now, older_than or config.retention, dry_run=dry_run)
 
     # ------------------------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from celery_durable.errors import InvalidSchedule
 from celery_durable.message import IMPORTED, NUMBER_OPTIONS, SCHEDULE_OPTIONS, STR_OPTIONS
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.index import UnreadableEntry, fold_stored
+from celery_durable.store.snapshots import fold_stream
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -280,11 +281,21 @@ class Schedules:
             assert state.content is not None
             until = min(last, now, state.cursor or now)
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
+            # Retention removed the records up to here: those due times stay settled (O1, A6).
+            floor = self._runtime.index.snapshots.pruned_through(sid)
             dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
             return [
-                DecideRun(due=due, now=now, reason="backfill", decided=decided, by=by, note=reason)
+                DecideRun(
+                    due=due,
+                    now=now,
+                    reason="backfill",
+                    decided=decided,
+                    decided_through=floor,
+                    by=by,
+                    note=reason,
+                )
                 for due in dues
-                if due not in decided
+                if due not in decided and (floor is None or due > floor)
             ]
 
         events = self._execute(sid, commands)
@@ -404,7 +415,7 @@ class ScheduleStore:
             state = None
         state = state or ScheduleState(schedule_id=schedule_id)
         tail = journal.read_stream(schedule_stream(schedule_id), after_version=state.version)
-        return fold_all(state, [from_stored(e) for e in tail])
+        return fold_stream(state, tail, self._runtime.index.snapshots.state)
 
     def load_all(self) -> list[ScheduleState]:
         """Every schedule's current state, ordered by ID: the index rows plus newer events."""
@@ -415,7 +426,7 @@ class ScheduleStore:
         except UnreadableEntry as exc:
             log.warning("%s; folding the journal instead", exc)
             states, position = {}, 0
-        fold_stored(states, index.events_after(position))
+        fold_stored(states, index.events_after(position), index.snapshots.state)
         return [states[sid] for sid in sorted(states)]
 
     def execute(

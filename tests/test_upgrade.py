@@ -158,3 +158,34 @@ def test_timing_policies_on_a_v1_journal(copy: Path) -> None:
         assert runs[-1].state == "started"
     finally:
         durable.close()
+
+
+def test_a_v1_journal_opens_snapshots_and_prunes(copy: Path) -> None:
+    """O1/O2 on a journal written before retention existed: the snapshots table is added on
+    open, a prune months later removes the old run records and the finished durable runs, and
+    every schedule reads back as before."""
+    clock = Clock(BASE + timedelta(minutes=66))
+    durable, _ = build(f"sqlite:///{copy}", clock)
+    try:
+        views = {v.id: v for v in durable.schedules.list(include_deleted=True)}
+        # The fixture's durable runs ended when it was written (2026-12-02, the workers' clock).
+        clock.now = BASE + timedelta(days=120)
+        report = durable.prune()  # durable_retention: 30 days by default
+        assert report.schedule_events > 0 and report.snapshots > 0
+        assert report.runs == 2  # flow-finished and flow-faulted; flow-future never started
+        assert {v.id: v for v in durable.schedules.list(include_deleted=True)} == views
+        durable.index.rebuild(clock.now)
+        assert {v.id: v for v in durable.schedules.list(include_deleted=True)} == views
+        with pytest.raises(LookupError):
+            durable.outcome("flow-finished", 0)
+        assert durable.schedules.backfill("every-10m", BASE, BASE + timedelta(hours=1)) == []
+        assert durable.prune().schedule_events == 0  # nothing left to remove
+    finally:
+        durable.close()
+    conn = sqlite3.connect(copy)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "celery_durable_snapshots" in tables
+    finally:
+        conn.close()

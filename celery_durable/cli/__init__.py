@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from celery_durable.cli.admin import db, index
+from celery_durable.cli.admin import db, index, prune
 from celery_durable.cli.common import DurableGroup, invalid, option, start_session
 from celery_durable.cli.health import health
 from celery_durable.cli.importing import import_group
@@ -24,7 +24,7 @@ from celery_durable.cli.schedules import schedules
 
 __all__ = ["bound_group", "durable", "main"]
 
-_COMMANDS = (schedules, runs, run, replay, index, db, health, import_group)
+_COMMANDS = (schedules, runs, run, replay, index, db, health, import_group, prune)
 
 
 def _global_options(fun: Any) -> Any:

@@ -1,10 +1,20 @@
-"""``celery durable index rebuild`` and ``celery durable db init``."""
+"""``celery durable index rebuild``, ``celery durable db init`` and ``celery durable prune``."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import click
 
-from celery_durable.cli.common import DurableGroup, emit_json, json_option, option, session
+from celery_durable.cli.common import (
+    DurableGroup,
+    emit_json,
+    invalid,
+    json_option,
+    option,
+    session,
+)
+from celery_durable.cli.parse import duration
 
 
 @click.group(cls=DurableGroup, name="index")
@@ -69,3 +79,33 @@ def init(sql: bool) -> None:
         )
     else:
         click.echo(f"journal ready at {redact(url)}: {len(tables)} tables")
+
+
+@click.command()
+@option(
+    "--older-than",
+    metavar="DURATION",
+    help="Remove runs due longer ago than this (90s, 12h, 30d); default: durable_retention.",
+)
+@option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+@json_option
+def prune(older_than: str | None, dry_run: bool) -> None:
+    """Remove the records of runs that are over and older than the retention (O1).
+
+    Works in small batches, each one short transaction: safe while beat runs. What deciding
+    needs (each schedule's state, its life-cycle events, unfinished runs) is kept.
+    """
+    current = session()
+    age = duration(older_than, "--older-than") if older_than is not None else None
+    if age is not None and age <= timedelta(0):
+        raise invalid(f"--older-than must be positive, not {older_than!r}")
+    report = current.durable.prune(age, dry_run=dry_run)
+    if current.json:
+        emit_json(report.to_json())
+        return
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb}: {report.schedule_events} schedule event(s), {report.runs} durable run(s) "
+        f"with {report.run_events} event(s); {report.snapshots} snapshot(s) "
+        f"(runs due before {report.horizon.isoformat()})"
+    )

@@ -292,12 +292,15 @@ class DecideRun:
 
     ``decided`` lists the due times already decided before the cursor (read from the stream):
     the aggregate keeps only a high-water mark, so the caller supplies the history.
+    ``decided_through``: retention removed the records of the due times up to this instant
+    (O1); none of them is decided again, since the stream can no longer tell which were (A6).
     """
 
     due: datetime
     now: datetime
     reason: str
     decided: frozenset[datetime] = frozenset()
+    decided_through: datetime | None = None
     by: str | None = None
     """Who asked for the run (O5)."""
     note: str | None = None
@@ -576,6 +579,8 @@ def _decide_run(state: ScheduleState, command: DecideRun) -> list[ScheduleEvent]
             rule="A6",
         )
     if command.due in command.decided or _pending(state, command.due) is not None:
+        return []
+    if command.decided_through is not None and command.due <= command.decided_through:
         return []
     if state.last_decided is not None and command.due == state.last_decided:
         return []

@@ -34,6 +34,7 @@ from celery_durable.core.schedule_aggregate import (
     MarkStarted,
     ScheduleState,
 )
+from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording
 from celery_durable.dispatch.resender import Resender
@@ -100,6 +101,7 @@ class Dispatcher:
         self.resender = Resender(
             self.app, self.runs, poll_interval=self.poll_interval, run_lease=self.run_lease
         )
+        self.pruning = PruneJob(runtime, self.index, self.lease)  # O1, in the background
         self._loaded = False
         self._missed = 0
 
@@ -165,6 +167,7 @@ class Dispatcher:
                 "%d schedule(s) dropped missed due times by their catch-up policy", self._missed
             )
         self.resender.resend(now)
+        self.pruning.poke(now)
         done = self.runtime.now()
         self.lease.ticked(done)  # the heartbeat `celery durable health` reads (O3)
         return self._sleep_after(done)
@@ -272,6 +275,7 @@ class Dispatcher:
 
     def close(self) -> None:
         """Write the lagging index rows, give up the lease; calling it twice is harmless."""
+        self.pruning.close()
         self.recorder.close()
         if self._loaded:
             try:

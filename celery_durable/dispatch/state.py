@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from celery_durable.core.ids import schedule_stream
-from celery_durable.core.schedule_aggregate import ScheduleState, fold_all
-from celery_durable.core.schedule_events import from_stored
+from celery_durable.core.schedule_aggregate import ScheduleState
 from celery_durable.store.index import ScheduleIndex, UnreadableEntry, attention_of, fold_stored
 from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.snapshots import fold_stream
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -93,7 +93,7 @@ class StateCache:
             for sid, state in self.states.items():
                 self.watch(sid, attention_of(state))
             return
-        changed = fold_stored(self.states, events)
+        changed = fold_stored(self.states, events, self.index.snapshots.state)
         self.position = events[-1].position
         self._dirty.update(sids)
         if changed or self._checkpoint_due(now):
@@ -149,7 +149,7 @@ class StateCache:
         """Fold the events another process appended to this schedule (after a conflict)."""
         state = self.states.get(sid) or ScheduleState(schedule_id=sid)
         tail = self.journal.read_stream(schedule_stream(sid), after_version=state.version)
-        self.states[sid] = fold_all(state, [from_stored(e) for e in tail])
+        self.states[sid] = fold_stream(state, tail, self.index.snapshots.state)
 
     # Attention ---------------------------------------------------------------------------------
 

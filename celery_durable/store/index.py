@@ -25,11 +25,16 @@ from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
 from celery_durable.core.journal import StoredEvent
-from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState, fold
-from celery_durable.core.schedule_events import from_stored
+from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
 from celery_durable.errors import JournalError
 from celery_durable.store.journal.schema import MYSQL_DIALECTS, progress, schedule_index
 from celery_durable.store.journal.sql import SqlJournal, one_of
+from celery_durable.store.snapshots import (
+    SnapshotLookup,
+    SnapshotStore,
+    fold_with_snapshots,
+    snapshot_map,
+)
 
 log = logging.getLogger("celery_durable.index")
 
@@ -53,25 +58,22 @@ def stream_schedule_id(stream: str) -> str:
     return stream.split("/", 1)[1]
 
 
-def fold_stored(states: dict[str, ScheduleState], stored: Iterable[StoredEvent]) -> set[str]:
+def fold_stored(
+    states: dict[str, ScheduleState],
+    stored: Iterable[StoredEvent],
+    snapshots: SnapshotLookup | None = None,
+) -> set[str]:
     """Fold journal events into ``states`` (in place), skipping versions already folded.
 
     Returns the IDs of the schedules whose state changed. (The dispatcher folds its own
     appends at once and writes their rows in the same transaction, so it skips them here.)
+    Where retention left a gap in a stream, the state continues from its snapshot (O2).
     """
     changed: set[str] = set()
     for event in stored:
         sid = stream_schedule_id(event.stream)
-        state = states.get(sid) or ScheduleState(schedule_id=sid)
-        if event.version <= state.version:
-            continue
-        if event.version != state.version + 1:
-            raise JournalError(
-                f"schedule {sid!r}: event version {event.version} follows {state.version}",
-                schedule_id=sid,
-            )
-        states[sid] = fold(state, from_stored(event))
-        changed.add(sid)
+        if fold_with_snapshots(states, sid, event, snapshots):
+            changed.add(sid)
     return changed
 
 
@@ -80,6 +82,7 @@ class ScheduleIndex:
 
     def __init__(self, journal: SqlJournal) -> None:
         self.journal = journal
+        self.snapshots = SnapshotStore(journal)
 
     # Reads ------------------------------------------------------------------------------------
 
@@ -147,7 +150,7 @@ class ScheduleIndex:
         log.warning("rebuilding the schedule index from the journal's events")
         states: dict[str, ScheduleState] = {}
         events = self.events_after(0)
-        fold_stored(states, events)
+        fold_stored(states, events, snapshot_map(self.snapshots.load()))
         position = events[-1].position if events else 0
         rows = [entry_row(s, now) for s in states.values()]
         with self.journal.transaction() as conn:

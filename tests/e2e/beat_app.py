@@ -25,6 +25,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     beat_max_loop_interval=1,
     durable_leader_lease=float(os.environ.get("E2E_LEASE", "10")),
+    durable_prune_interval=float(os.environ.get("E2E_PRUNE_INTERVAL", "300")),
 )
 durable = Durable(app)
 _sink = redis.Redis.from_url(os.environ["E2E_SINK"])

@@ -56,6 +56,7 @@ __all__ = [
     "progress",
     "schedule_index",
     "schema_versions",
+    "snapshots",
 ]
 
 log = logging.getLogger("celery_durable.journal.schema")
@@ -194,6 +195,22 @@ heartbeats = Table(
     Column("owner", String(255), nullable=False),
     Column("taken_at", UtcDateTime, nullable=False),
     Column("ticked_at", UtcDateTime, nullable=True),
+    **_MYSQL_TABLE,
+)
+
+#: The latest snapshot of a schedule stream (O2): its folded state (JSON, the index entry format)
+#: at ``version``. Retention (O1) deletes run events of the stream below that version; readers
+#: that find a gap in a stream start from this row. ``pruned_through``: the latest due time whose
+#: records were removed (a backfill decides nothing at or before it, A6).
+snapshots = Table(
+    "celery_durable_snapshots",
+    metadata,
+    Column("stream", String(255), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("format", Integer, nullable=False),
+    Column("state", JsonText, nullable=False),
+    Column("pruned_through", UtcDateTime, nullable=True),
+    Column("taken_at", UtcDateTime, nullable=False),
     **_MYSQL_TABLE,
 )
 

@@ -463,6 +463,11 @@ class SqlJournal:
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            # A new, empty file only (on a used one it changes nothing and would wait for the
+            # write lock): retention then gives freed pages back to the file system (O1,
+            # docs/retention.md); an older file keeps reusing them.
+            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = _set_wal(cursor)
             if str(mode).lower() != "wal":
                 log.warning("SQLite journal %s runs in %s mode, not WAL", self.url, mode)
