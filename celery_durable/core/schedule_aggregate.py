@@ -370,6 +370,19 @@ def _check_bounds(content: Content, now: datetime) -> None:
         )
 
 
+def _content_event(
+    kind: type[ScheduleCreated] | type[ScheduleChanged], command: Create | Change
+) -> ScheduleCreated | ScheduleChanged:
+    """The event of a create or change: its content, where its timing starts, who and why."""
+    return kind(
+        at=command.now,
+        content=command.content,
+        since=command.since,
+        by=command.by,
+        reason=command.reason,
+    )
+
+
 def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     """The events a command produces; raises when the command is refused (stores nothing)."""
     sid = state.schedule_id
@@ -387,15 +400,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
                 f"schedule {sid!r} exists with different content", schedule_id=sid, rule="A1"
             )
         _check_bounds(command.content, command.now)
-        return [
-            ScheduleCreated(
-                at=command.now,
-                content=command.content,
-                since=command.since,
-                by=command.by,
-                reason=command.reason,
-            )
-        ]
+        return [_content_event(ScheduleCreated, command)]
     if isinstance(command, Change):
         _require_live(state, "change")
         if (
@@ -405,15 +410,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
         ):
             return []
         _check_bounds(command.content, command.now)
-        return [
-            ScheduleChanged(
-                at=command.now,
-                content=command.content,
-                since=command.since,
-                by=command.by,
-                reason=command.reason,
-            )
-        ]
+        return [_content_event(ScheduleChanged, command)]
     if isinstance(command, Pause):
         _require_live(state, "pause")
         if state.paused:
