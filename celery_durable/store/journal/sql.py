@@ -428,9 +428,17 @@ class SqlJournal:
 
     def _restore_lock_rows(self) -> None:
         """Recreate missing rows of ``celery_durable_locks`` (someone deleted them): without
-        its row, a category's appends would insert nothing. The caller's retry then works."""
+        its row, a category's appends would insert nothing. The caller's retry then works.
+
+        Called while the failed transaction is still open and holds its lock rows: a plain
+        read (InnoDB's consistent read takes no lock) decides first, so the usual case, every
+        row present, never waits for that transaction's locks.
+        """
         try:
             with self._core.begin() as conn:
+                present = set(conn.execute(select(schema.category_locks.c.name)).scalars())
+                if self.ordered_categories <= present:
+                    return
                 missing = self._insert_lock_rows(conn)
         except DBAPIError:
             log.warning("could not check the category lock rows", exc_info=True)
