@@ -2,10 +2,10 @@
 
 kombu's filesystem channel creates the message file in the queue folder and then writes the
 message into it. A consumer polling the same folder can take the file in between, read nothing
-and stop with ``JSONDecodeError`` (kombu issue 1551 on GitHub; seen here under load, when beat
-sends while the worker polls). This channel writes the message to a staging folder next to the
-queue and renames it into place, so a consumer only ever sees complete files (a rename within
-one file system is atomic).
+and stop with ``JSONDecodeError`` (seen here under load, when beat sends while the worker polls;
+reported upstream: https://github.com/celery/kombu/issues/1551). This channel writes the message
+to a staging folder next to the queue and renames it into place, so a consumer only ever sees
+complete files (a rename within one file system is atomic).
 """
 
 from __future__ import annotations

@@ -377,8 +377,9 @@ def test_the_embedded_broker_never_shows_a_half_written_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kombu's filesystem channel creates a message file, then writes it; a worker polling in
-    between read an empty message and stopped with ``JSONDecodeError`` (kombu issue 1551). Here
-    a consumer polls at exactly that moment: while the message is being serialised."""
+    between read an empty message and stopped with ``JSONDecodeError``
+    (https://github.com/celery/kombu/issues/1551). Here a consumer polls at exactly that
+    moment: while the message is being serialised."""
     from queue import Empty
 
     from kombu import Connection
