@@ -33,10 +33,9 @@ from celery_durable.core.schedule_aggregate import (
     decide,
     fold_all,
 )
-from celery_durable.core.schedule_events import Content, from_data, to_data
+from celery_durable.core.schedule_events import RUN_RECORD_TYPES, Content, from_data, to_data
 from celery_durable.store.journal.schema import events as events_table
 from celery_durable.store.journal.schema import snapshots as snapshots_table
-from celery_durable.store.retention import RUN_EVENT_TYPES
 from celery_durable.store.snapshots import fold_stream
 from tests.support.clock import T0, FakeClock
 
@@ -121,7 +120,7 @@ def test_a_snapshot_of_any_prefix_then_the_rest_folds_to_the_same_state(
     assert fold_all(snapshot, [from_data(e.type, e.data) for e in events[cut:]]) == whole
 
     # Retention keeps the snapshot's own event and every life-cycle event below it.
-    kept = [e for e in events if e.version >= cut or e.type not in RUN_EVENT_TYPES]
+    kept = [e for e in events if e.version >= cut or e.type not in RUN_RECORD_TYPES]
     start = data.draw(st.integers(min_value=0, max_value=len(events)))
     reader = fold_events([e for e in events if e.version <= start])  # e.g. a lagging index row
     tail = [e for e in kept if e.version > start]

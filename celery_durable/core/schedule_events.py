@@ -302,20 +302,18 @@ def from_stored(stored: StoredEvent) -> ScheduleEvent:
     return from_data(stored.type, stored.data)
 
 
-_TYPES: dict[str, type] = {
-    cls.TYPE: cls
-    for cls in (
-        ScheduleCreated,
-        ScheduleChanged,
-        SchedulePaused,
-        ScheduleResumed,
-        ScheduleDeleted,
-        RunDecided,
-        RunStarted,
-        RunSkipped,
-        RunFailedToStart,
-        RunMissed,
-        RunsMissed,
-        RunEnded,
-    )
-}
+_LIFE_CYCLE = (ScheduleCreated, ScheduleChanged, SchedulePaused, ScheduleResumed, ScheduleDeleted)
+_RUN_RECORDS = (
+    RunDecided,
+    RunStarted,
+    RunSkipped,
+    RunFailedToStart,
+    RunMissed,
+    RunsMissed,
+    RunEnded,
+)
+RUN_RECORD_TYPES = frozenset(cls.TYPE for cls in _RUN_RECORDS)
+"""The schedule events that only record runs: what retention may remove (O1); the others
+are the schedule's life cycle, kept for good."""
+
+_TYPES: dict[str, type] = {cls.TYPE: cls for cls in (*_LIFE_CYCLE, *_RUN_RECORDS)}

@@ -38,15 +38,7 @@ from celery_durable.core.codec import time_from_json
 from celery_durable.core.ids import run_stream
 from celery_durable.core.journal import StoredEvent
 from celery_durable.core.schedule_aggregate import ScheduleState
-from celery_durable.core.schedule_events import (
-    RunDecided,
-    RunEnded,
-    RunFailedToStart,
-    RunMissed,
-    RunSkipped,
-    RunsMissed,
-    RunStarted,
-)
+from celery_durable.core.schedule_events import RUN_RECORD_TYPES, RunsMissed
 from celery_durable.store.index import ScheduleIndex, fold_stored, stream_schedule_id
 from celery_durable.store.journal.schema import events as events_table
 from celery_durable.store.journal.schema import runs as runs_table
@@ -54,25 +46,13 @@ from celery_durable.store.journal.sql import SqlJournal, one_of
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, MISSED
 from celery_durable.store.snapshots import SnapshotStore
 
-__all__ = ["DEFAULT_BATCH", "RUN_EVENT_TYPES", "PruneReport", "Pruner"]
+__all__ = ["DEFAULT_BATCH", "PruneReport", "Pruner"]
 
 log = logging.getLogger("celery_durable.retention")
 
 DEFAULT_BATCH = 100
 """Events (or runs) looked at per batch: one short transaction each."""
 
-RUN_EVENT_TYPES = frozenset(
-    cls.TYPE
-    for cls in (
-        RunDecided,
-        RunStarted,
-        RunSkipped,
-        RunFailedToStart,
-        RunMissed,
-        RunsMissed,
-        RunEnded,
-    )
-)
 """Schedule events that only record a run: the ones retention may remove."""
 
 OVER = (FINISHED, FAULTED, CANCELLED, MISSED)
@@ -193,7 +173,7 @@ class Pruner:
             position = batch[-1].position
             old: list[tuple[StoredEvent, datetime]] = []
             for event in batch:
-                if event.type in RUN_EVENT_TYPES:
+                if event.type in RUN_RECORD_TYPES:
                     due = _due_of(event)
                     if due is not None and due < report.horizon:
                         old.append((event, due))
