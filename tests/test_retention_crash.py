@@ -87,14 +87,17 @@ def test_kill_in_a_prune_batch_leaves_nothing_half_deleted(
         got = durable.schedules.state(sid)
         assert got is not None and got.runs_decided >= view.runs_decided, sid
 
+    # Ten days beyond the retention go: 4 runs a day, two events each, per schedule. A pass
+    # takes several batches, and each batch writes its schedule's snapshot: wait for the pass
+    # to have gone through them all, not only for the first snapshot of each schedule.
+    bound = events + 3 * 4 - 3 * 4 * 2 * 9
     with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat2.log", env=env) as beat:
         wait_for(
-            lambda: count(durable, snapshots_table) == 3,
+            lambda: count(durable, snapshots_table) == 3 and count(durable, events_table) <= bound,
             timeout=60,
             processes=[beat],
         )
-    # Ten days beyond the retention went: 4 runs a day, two events each, per schedule.
-    assert count(durable, events_table) <= events + 3 * 4 - 3 * 4 * 2 * 9
+    assert count(durable, events_table) <= bound
     for sid, view in before.items():
         got = durable.schedules.state(sid)
         assert got is not None and not got.deleted and not got.paused, sid
