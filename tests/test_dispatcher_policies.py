@@ -16,7 +16,9 @@ from celery import Celery
 from scipy import stats
 
 from celery_durable import CatchUp, Durable, Every, Once, ScheduledRun
+from celery_durable.core.ids import run_id
 from celery_durable.core.policies import jitter_offset
+from celery_durable.core.schedule_aggregate import MISSED_UNSENT
 from celery_durable.core.schedule_events import RunDecided, RunStarted
 from tests import test_dispatcher as base
 from tests.support.clock import T0, FakeClock
@@ -91,6 +93,32 @@ def test_a_run_unsent_at_its_deadline_is_missed_not_sent(
     finally:
         durable.close()
         proxy.cut()
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip"])
+def test_catch_up_after_downtime_records_runs_past_their_deadline_as_missed(
+    durable: Durable, clock: FakeClock, broker: Broker, overlap: str
+) -> None:
+    """P1 (2026-12 wording): runs that catch-up decides in the tick that finds them already
+    past due + deadline are recorded missed in that tick and never sent; a run still within
+    its deadline is sent, and a missed one does not make it skip by overlap."""
+    durable.schedules.create(
+        "every-minute", "backup", "/srv", Every(60 * S), CatchUp.ALL,
+        start_deadline=30, overlap=overlap,
+    )  # fmt: skip
+    d = durable.dispatcher()
+    d.tick()
+    clock.advance(seconds=4 * 60 + 10)  # beat down for due times +1..+4 min; +4 min is 10 s old
+    d.tick()
+    last = T0 + 4 * 60 * S
+    assert broker.ids() == [run_id("every-minute", last)]
+    runs = {run.due: run for run in durable.schedules.runs("every-minute")}
+    assert sorted(runs) == [T0 + n * 60 * S for n in (1, 2, 3, 4)]
+    for n in (1, 2, 3):
+        run = runs[T0 + n * 60 * S]
+        assert (run.state, run.error) == ("missed", MISSED_UNSENT)
+    assert runs[last].state == "started"
+    assert events_of(durable, "every-minute", RunStarted) != []
 
 
 @pytest.mark.parametrize("late", [4, 5])

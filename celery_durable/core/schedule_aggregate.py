@@ -513,6 +513,17 @@ def _missed_deadlines(state: ScheduleState, now: datetime) -> list[ScheduleEvent
     ]
 
 
+def _decided_or_missed(
+    state: ScheduleState, content: Content, due: datetime, now: datetime
+) -> list[ScheduleEvent]:
+    """A rule's due time, decided; P1: found with its start deadline already past (beat was
+    down, catch-up), it is decided and missed in the same batch, and never sent."""
+    decided = _decided(state, content, due, now, "rule")
+    if decided.deadline is None or decided.deadline > now:
+        return [decided]
+    return [decided, RunMissed(at=now, due=due, reason=MISSED_UNSENT)]
+
+
 def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     missed = _missed_deadlines(state, now)
     if missed:
@@ -532,7 +543,9 @@ def _decide_new(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     if isinstance(rule, Once):
         due = state.next_due()
         # R5: a past `at` runs at the next tick whatever the catch-up policy.
-        return [] if due is None or due > now else [_decided(state, content, due, now, "rule")]
+        if due is None or due > now:
+            return []
+        return _decided_or_missed(state, content, due, now)
     if state.cursor is None:
         return []
     with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
@@ -554,7 +567,12 @@ def _decide_new(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
     runs = runs if budget is None else runs[:budget]
     busy = state.busy
     buffered = any(p.held for p in state.pending)
+    deadline = content.timing.start_deadline
     for due in runs:
+        if deadline is not None and due + deadline <= now:
+            # A missed run keeps no slot busy: the next due time may still be sent.
+            events.extend(_decided_or_missed(state, content, due, now))
+            continue
         if content.overlap is Overlap.ALLOW or not busy:
             events.append(_decided(state, content, due, now, "rule"))
         elif content.overlap is Overlap.BUFFER_ONE and not buffered:
