@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -52,16 +53,24 @@ class DurableConfig:
     """``durable_prune_interval``: seconds between the dispatcher's retention passes (O1)."""
     prune_batch: int = 100
     """``durable_prune_batch``: rows per retention batch, one short transaction each (O1)."""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """``durable_engine_options``: keyword arguments for SQLAlchemy's ``create_engine``
+    (``pool_size``, ``pool_recycle``, ``connect_args`` …), over the library's defaults
+    (docs/journal.md, "Engine options")."""
 
     def __repr__(self) -> str:
         from dataclasses import fields
 
         from celery_durable.store.journal.urls import redact
 
-        shown = [
-            f"{f.name}={redact(self.url) if f.name == 'url' else getattr(self, f.name)!r}"
-            for f in fields(self)
-        ]
+        def shown_value(name: str) -> str:
+            if name == "url":
+                return repr(redact(self.url))
+            if name == "engine_options":  # values may hold credentials (connect_args)
+                return "{" + ", ".join(f"{key!r}: …" for key in self.engine_options) + "}"
+            return repr(getattr(self, name))
+
+        shown = [f"{f.name}={shown_value(f.name)}" for f in fields(self)]
         return f"DurableConfig({', '.join(shown)})"
 
     @classmethod
@@ -91,6 +100,7 @@ class DurableConfig:
             retention=_retention(conf.get("durable_retention")),
             prune_interval=_positive(conf, "durable_prune_interval", 300.0),
             prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
+            engine_options=_engine_options(conf.get("durable_engine_options")),
         )
 
 
@@ -137,6 +147,23 @@ def _positive(conf: Any, key: str, default: float) -> float:
     if not number > 0:
         raise ConfigError(f"{key} must be positive, not {value!r}")
     return number
+
+
+def _engine_options(value: Any) -> Mapping[str, Any]:
+    """``durable_engine_options``: a mapping of ``create_engine`` keyword names to values."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "durable_engine_options must be a dict of create_engine() keyword arguments, "
+            f"not a {type(value).__name__}"
+        )
+    bad = [key for key in value if not (isinstance(key, str) and key.isidentifier())]
+    if bad:
+        raise ConfigError(
+            f"durable_engine_options keys must be keyword names, not {', '.join(map(repr, bad))}"
+        )
+    return dict(value)
 
 
 def _retention(value: Any) -> timedelta:

@@ -18,11 +18,11 @@ from typing import Any
 
 from celery import Celery
 
-from celery_durable.config import DurableConfig
+from celery_durable.config import ConfigError, DurableConfig
 from celery_durable.core.ids import check_text
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
 from celery_durable.store.index import ScheduleIndex
-from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.journal.sql import EngineOptionsRefused, SqlJournal
 from celery_durable.store.runs import RunStore
 
 Clock = Callable[[], datetime]
@@ -82,7 +82,15 @@ class Runtime:
     @cached_property
     def journal(self) -> SqlJournal:
         """The SQL journal (connects on first use)."""
-        return SqlJournal(self.config.url, sqlite_synchronous=self.config.sqlite_synchronous)
+        config = self.config
+        try:
+            return SqlJournal(
+                config.url,
+                sqlite_synchronous=config.sqlite_synchronous,
+                engine_options=config.engine_options,
+            )
+        except EngineOptionsRefused as exc:
+            raise ConfigError(f"durable_engine_options: {exc}") from exc
 
     @cached_property
     def index(self) -> ScheduleIndex:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from sqlalchemy import create_engine, text
 
 from celery_durable import Durable
 from celery_durable.control import RunEnded
@@ -239,3 +240,51 @@ def test_long_sleep_is_left_to_the_dispatcher_and_early_deliveries_sleep_again(
     assert after >= before + 4.0
     assert row["wake_at"] is not None
     assert world.count("after_sleep") == 1
+
+
+def _tagged(url: str, tag: str) -> str:
+    """``url`` with ``application_name=<tag>``: the test can find its own server sessions."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={tag}"
+
+
+def _drop_sessions(url: str, tag: str) -> int:
+    """What a PostgreSQL restart or ``idle_session_timeout`` does to the tagged sessions."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            dropped = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = :tag"
+                ),
+                {"tag": tag},
+            )
+            return int(dropped.scalar_one())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "engine_options",
+    [pytest.param("{}", id="defaults"), pytest.param('{"pool_pre_ping": false}', id="no-pre-ping")],
+)
+def test_the_server_dropping_idle_connections_between_steps_repeats_no_step(
+    world_factory: Any, pg_url: str, engine_options: str
+) -> None:
+    """The server closes every pooled connection while the body works between two steps.
+    With the defaults the dead connection is replaced at checkout (pre-ping); without
+    pre-ping, the step's result store fails on it and is stored again on a fresh connection
+    instead of giving the delivery up (which would run ``ship`` a second time, W2)."""
+    tag = f"cdt-{uuid.uuid4().hex[:10]}"
+    world = world_factory(_tagged(pg_url, tag), E2E_ENGINE_OPTIONS=engine_options)
+    with world.worker() as worker:
+        rid = world.send("e2e.charge_then_ship")
+        wait_for(lambda: world.count("between") == 1, timeout=30, processes=[worker])
+        assert _drop_sessions(pg_url, tag) >= 1
+        world.gate.touch()
+        assert world.durable.outcome(rid, 30) == Finished(["charged", "shipped"])
+        log = worker.read_log()
+    assert [world.count("charge"), world.count("ship")] == [1, 1], log
+    assert "journal unavailable" not in log
+    if engine_options != "{}":  # the dead connection reached the result store: stored again
+        assert "storing it again on a fresh connection" in log

@@ -41,6 +41,7 @@ from celery_durable.core.run_aggregate import (
 )
 from celery_durable.errors import DurableError, JournalUnavailable
 from celery_durable.store.conflicts import retry_on_conflict
+from celery_durable.store.journal.sql import connection_lost
 from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
@@ -242,6 +243,36 @@ class RunContext:
         retry_on_conflict(attempt, reread=reread, what=f"run {self.run_id!r}")
 
     def _write(self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime) -> int:
+        """Store ``batch``; a connection that dies under it is replaced once before the
+        delivery gives up (a step's side effect has happened: its result must not be lost
+        to a server restart between two steps)."""
+        try:
+            return self._write_now(batch, values, now)
+        except JournalUnavailable as exc:
+            if not connection_lost(exc.__cause__):
+                raise
+            log.warning(
+                "run %r: the journal connection was lost while storing %s; "
+                "storing it again on a fresh connection",
+                self.run_id, ", ".join(new.type for new in batch), extra={"run_id": self.run_id},
+            )  # fmt: skip
+            landed = self._landed(batch)
+            return landed if landed is not None else self._write_now(batch, values, now)
+
+    def _landed(self, batch: list[NewEvent]) -> int | None:
+        """The stream's version if ``batch`` was committed although its reply was lost."""
+        with journal_errors():
+            stored = self.journal.read_stream(self.stream, self.state.version)
+        head = stored[: len(batch)]
+        if len(head) == len(batch) and all(
+            (s.type, s.data) == (new.type, new.data) for s, new in zip(head, batch, strict=True)
+        ):
+            return self.state.version + len(batch)
+        return None
+
+    def _write_now(
+        self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime
+    ) -> int:
         with journal_errors():
             if values is None:
                 return self.journal.append(self.stream, self.state.version, batch)

@@ -9,13 +9,15 @@ Configured from the environment (the test sets it for each worker subprocess):
 * ``E2E_GATE``    -- a file: ``gated`` blocks in its step until it exists;
 * ``E2E_VISIBILITY`` -- Redis ``visibility_timeout`` (seconds; small for crash tests);
 * ``E2E_BODY``    -- which version of ``changing`` is deployed (non-determinism test);
-* ``E2E_LEASE``   -- ``durable_run_lease`` seconds.
+* ``E2E_LEASE``   -- ``durable_run_lease`` seconds;
+* ``E2E_ENGINE_OPTIONS`` -- ``durable_engine_options`` as JSON.
 
 Run with ``celery -A tests.support.durable_apps worker``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -45,6 +47,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     durable_run_lease=float(os.environ.get("E2E_LEASE", "300")),
+    durable_engine_options=json.loads(os.environ.get("E2E_ENGINE_OPTIONS", "{}")),
 )
 durable = Durable(app, os.environ.get("E2E_JOURNAL", "sqlite:///e2e.db"))
 
@@ -244,3 +247,28 @@ def slow(i: int) -> int:
 @durable.task(name="e2e.twice")
 def twice() -> list[int]:
     return [slow(0), slow(1), slow(2)]
+
+
+# -- the journal's server drops idle connections between two steps ------------------------------
+
+
+@durable.step(name="charge")
+def charge() -> str:
+    _mark("charge")
+    return "charged"
+
+
+@durable.step(name="ship")
+def ship() -> str:
+    _mark("ship")
+    return "shipped"
+
+
+@durable.task(name="e2e.charge_then_ship")
+def charge_then_ship() -> list[str]:
+    charged = charge()
+    record("between")  # work outside any step: the journal connection sits idle in the pool
+    gate = Path(os.environ["E2E_GATE"])
+    while not gate.exists():
+        time.sleep(0.05)
+    return [charged, ship()]

@@ -57,6 +57,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
+    ArgumentError,
     DBAPIError,
     DisconnectionError,
     IntegrityError,
@@ -89,8 +90,10 @@ from celery_durable.store.journal.urls import (
 )
 
 __all__ = [
+    "EngineOptionsRefused",
     "SqlJournal",
     "advisory_key",
+    "connection_lost",
     "copy_rows",
     "encode_data",
     "one_of",
@@ -117,10 +120,24 @@ _events = schema.events
 _DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg_binary": "postgres", "psycopg_c": "postgres"}
 
 
+def connection_lost(error: BaseException | None) -> bool:
+    """Whether ``error`` says the database connection itself died (the server closed it, the
+    network dropped it): the statement may be tried once more on a fresh connection."""
+    if isinstance(error, DisconnectionError):
+        return True
+    return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
+
+
+class EngineOptionsRefused(ValueError):
+    """``create_engine`` refused the engine options (an unknown keyword, a wrong type)."""
+
+
 def _create_engine(url: Any, options: dict[str, Any], shown: str) -> Engine:
     """``create_engine``, with a missing database driver named with the extra that installs it."""
     try:
         return create_engine(url, **options)
+    except (ArgumentError, TypeError) as exc:  # an option create_engine or the pool refuses
+        raise EngineOptionsRefused(f"engine options of {shown} refused: {_one_line(exc)}") from exc
     except ModuleNotFoundError as exc:
         module = (exc.name or "").partition(".")[0]
         extra = _DRIVER_EXTRAS.get(module)
@@ -297,7 +314,10 @@ class SqlJournal:
         connect_args: dict[str, Any] = dict(secrets)
         if self._sqlite:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
-        options: dict[str, Any] = {"echo": echo}
+        # Every database: a pooled connection the server dropped while it sat idle (restart,
+        # failover, idle_session_timeout, a proxy's cut) is replaced at checkout, before a
+        # statement fails on it (docs/journal.md, "Engine options").
+        options: dict[str, Any] = {"echo": echo, **ENGINE_DEFAULTS}
         # PyMySQL exposes its socket: a closed connection is told without a round trip
         # (_closed_by_server) instead of pool_pre_ping's COM_PING (~60 µs per checkout).
         local_check = self._mysql and engine_url.get_driver_name() == "pymysql"
@@ -819,6 +839,11 @@ def _closed_by_server(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
     if readable:
         raise DisconnectionError("the MySQL server closed the connection")
 
+
+#: Engine options for every database (``engine_options`` overrides them): a connection is
+#: checked when it leaves the pool (one ``SELECT 1`` round trip on PostgreSQL, a few µs on
+#: SQLite's in-process file), so that one the server closed is replaced instead of failing.
+ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
 #: Engine options for MySQL/MariaDB (``engine_options`` overrides them). READ COMMITTED as on
 #: PostgreSQL; pre-ping (with mysqlclient; PyMySQL checks its socket instead) and recycling so
