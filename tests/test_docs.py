@@ -34,6 +34,8 @@ from __future__ import annotations
 import configparser
 import contextlib
 import doctest
+import importlib
+import inspect
 import io
 import json
 import os
@@ -254,6 +256,63 @@ def test_pages_listing_the_journal_databases_name_mysql_too() -> None:
         for match in TWO_DATABASES.finditer(" ".join(path.read_text().split()))
     ]
     assert not stale, f"journal databases listed without MySQL/MariaDB: {stale}"
+
+
+#: How a page counts the browser tests: "the three headless-browser tests", "three tests in
+#: headless Chromium", "holds three tests in a real browser".
+BROWSER_COUNT = re.compile(
+    r"\b(one|two|three|four|five|six) (?:headless-browser tests?|tests? in headless Chromium"
+    r"|(?:tests?|checks?) in a real browser|tests of `tests/test_django_browser\.py`)",
+    re.I,
+)
+BROWSER_PAGES = ("README.md", "docs/testing.md", "docs/django.md")
+
+
+def browser_tests() -> int:
+    """How many tests ``tests/test_django_browser.py`` runs in Chromium: those asking for the
+    ``chromium`` fixture, times their parametrisations."""
+    module = importlib.import_module("tests.test_django_browser")
+    count = 0
+    for name, function in vars(module).items():
+        if name.startswith("test_") and "chromium" in inspect.signature(function).parameters:
+            variants = 1
+            for mark in getattr(function, "pytestmark", []):
+                if mark.name == "parametrize":
+                    variants *= len(mark.args[1])
+            count += variants
+    return count
+
+
+def test_the_pages_count_the_browser_tests_right() -> None:
+    """README, testing and Django pages each say how many browser tests there are, correctly."""
+    words = ["zero", "one", "two", "three", "four", "five", "six"]
+    actual = browser_tests()
+    assert actual >= 1
+    counts = {
+        name: [
+            words.index(match.group(1).lower())
+            for match in BROWSER_COUNT.finditer(" ".join((REPO_ROOT / name).read_text().split()))
+        ]
+        for name in BROWSER_PAGES
+    }
+    wrong = {name: found for name, found in counts.items() if not found or set(found) != {actual}}
+    assert not wrong, f"tests/test_django_browser.py has {actual} browser tests; pages say {wrong}"
+
+
+def test_the_pages_say_one_thing_about_a_missing_chromium() -> None:
+    """Without Chromium the browser tests are skipped, and fail only with ``CI`` set: a sentence
+    that has them fail without Chromium must say it is under CI."""
+    contradicting = []
+    for name in BROWSER_PAGES:
+        text = " ".join((REPO_ROOT / name).read_text().split())
+        for sentence in re.split(r"(?<=[.;])\s+", text):
+            if (
+                re.search(r"without chromium|chromium is missing|missing chromium", sentence, re.I)
+                and re.search(r"\bfail", sentence)
+                and "CI" not in sentence
+            ):
+                contradicting.append(f"{name}: {sentence!r}")
+    assert not contradicting, f"a missing Chromium fails only under CI: {contradicting}"
 
 
 #: A rule ID as cited in code, tests and docs (S1, R7, R8a, D8 …); not inside ``%C3%A9``-like
