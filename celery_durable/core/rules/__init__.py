@@ -17,22 +17,13 @@ from __future__ import annotations
 
 from celery_durable.core.rules._base import LiveSchedules
 from celery_durable.core.rules._beat_entry import BeatEntry
-from celery_durable.core.rules._calendar import (
-    FRIDAY,
-    MONDAY,
-    SATURDAY,
-    SUNDAY,
-    THURSDAY,
-    TUESDAY,
-    WEDNESDAY,
-    Daily,
-    Weekday,
-    Weekly,
-)
+from celery_durable.core.rules._calendar import Daily, Weekday, Weekly
 from celery_durable.core.rules._cron import Cron, Crontab
 from celery_durable.core.rules._interval import Every, Once
 from celery_durable.core.rules._json import rule_from_json
 from celery_durable.core.rules._solar import SOLAR_EVENTS, Solar
+
+MONDAY, TUESDAY, WEDNESDAY, THURSDAY, FRIDAY, SATURDAY, SUNDAY = Weekday
 
 Rule = Daily | Weekly | Every | Cron | Crontab | Solar | Once | BeatEntry
 """Any stored rule."""

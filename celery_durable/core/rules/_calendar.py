@@ -36,7 +36,6 @@ class Weekday(IntEnum):
         return self.name[:3].lower()
 
 
-MONDAY, TUESDAY, WEDNESDAY, THURSDAY, FRIDAY, SATURDAY, SUNDAY = Weekday
 _DAY_NAMES = {day.short: day for day in Weekday} | {day.name.lower(): day for day in Weekday}
 
 
