@@ -1,6 +1,7 @@
 """The journal contract (SPEC A6, A8, D2, §9), run on SQLite, PostgreSQL and MariaDB.
 
-Every test taking ``journal_url`` runs three times (ids ``sqlite``, ``postgres``, ``mysql``).
+Every test taking ``journal_url`` runs three times (ids ``sqlite``, ``postgres``, ``mysql``);
+the contract's own tests (``any_journal``) run on the memory journal too.
 Concurrency is tested with real OS processes and real connections; nothing is mocked.
 """
 
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, DurableError, JournalError
 from celery_durable.store.journal import schema
+from celery_durable.store.journal.memory import MemoryJournal
 from celery_durable.store.journal.sql import SqlJournal, open_journal, read_all_query
 from tests.support.processes import child_env, python_command
 
@@ -40,6 +42,21 @@ from tests.support.processes import child_env, python_command
 @pytest.fixture
 def journal(journal_url: str) -> Iterator[SqlJournal]:
     j = SqlJournal(journal_url)
+    try:
+        yield j
+    finally:
+        j.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+def any_journal(request: pytest.FixtureRequest) -> Iterator[Journal]:
+    """The journal contract's own tests run on the memory journal and on each SQL database."""
+    j: Journal
+    if request.param == "memory":
+        j = MemoryJournal()
+    else:
+        url = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}[request.param]
+        j = SqlJournal(str(request.getfixturevalue(url)))
     try:
         yield j
     finally:
@@ -103,43 +120,43 @@ def run_children(script: str, args_per_child: list[list[str]], go: Path) -> list
 # ----------------------------------------------------------------------------- round trips
 
 
-def test_sql_journal_satisfies_the_protocol(journal: SqlJournal) -> None:
-    j: Journal = journal  # mypy checks the protocol in sql.py; here only the names
+def test_every_journal_satisfies_the_protocol(any_journal: Journal) -> None:
+    j: Journal = any_journal  # mypy checks the protocol in sql.py and memory.py; here the names
     for name in ("append", "append_many", "read_stream", "read_all", "head", "close"):
         assert callable(getattr(j, name))
 
 
-def test_append_and_read_back(journal: SqlJournal) -> None:
-    new = journal.append(
+def test_append_and_read_back(any_journal: Journal) -> None:
+    new = any_journal.append(
         "schedule/nightly", 0, [ev("Created", task="t", n=1), ev("Paused", why="ünïcødé ✓")]
     )
     assert new == 2
-    events = journal.read_stream("schedule/nightly")
+    events = any_journal.read_stream("schedule/nightly")
     assert [(e.stream, e.version, e.type, e.data) for e in events] == [
         ("schedule/nightly", 1, "Created", {"task": "t", "n": 1}),
         ("schedule/nightly", 2, "Paused", {"why": "ünïcødé ✓"}),
     ]
     assert events[0].position < events[1].position
-    assert journal.read_stream("schedule/other") == []
+    assert any_journal.read_stream("schedule/other") == []
 
 
-def test_versions_continue_and_read_after_version(journal: SqlJournal) -> None:
-    assert journal.append("run/x", 0, [ev()]) == 1
-    assert journal.append("run/x", 1, [ev(), ev(), ev()]) == 4
-    assert versions(journal.read_stream("run/x")) == [1, 2, 3, 4]
-    assert versions(journal.read_stream("run/x", after_version=2)) == [3, 4]
-    assert journal.read_stream("run/x", after_version=4) == []
+def test_versions_continue_and_read_after_version(any_journal: Journal) -> None:
+    assert any_journal.append("run/x", 0, [ev()]) == 1
+    assert any_journal.append("run/x", 1, [ev(), ev(), ev()]) == 4
+    assert versions(any_journal.read_stream("run/x")) == [1, 2, 3, 4]
+    assert versions(any_journal.read_stream("run/x", after_version=2)) == [3, 4]
+    assert any_journal.read_stream("run/x", after_version=4) == []
 
 
-def test_recorded_at_is_aware_utc(journal: SqlJournal) -> None:
+def test_recorded_at_is_aware_utc(any_journal: Journal) -> None:
     before = datetime.now(timezone.utc)
-    journal.append("run/t", 0, [ev()])
+    any_journal.append("run/t", 0, [ev()])
     after = datetime.now(timezone.utc)
-    (stored,) = journal.read_stream("run/t")
+    (stored,) = any_journal.read_stream("run/t")
     assert stored.recorded_at.tzinfo is not None
     assert stored.recorded_at.utcoffset() == timedelta(0)
     assert before - timedelta(seconds=1) <= stored.recorded_at <= after + timedelta(seconds=1)
-    assert journal.read_all(0)[0].recorded_at == stored.recorded_at
+    assert any_journal.read_all(0)[0].recorded_at == stored.recorded_at
 
 
 def test_data_is_stored_as_compact_json(journal: SqlJournal) -> None:
@@ -152,57 +169,57 @@ def test_data_is_stored_as_compact_json(journal: SqlJournal) -> None:
 # ----------------------------------------------------------------------------- conflicts (A8)
 
 
-def test_stale_expected_version_conflicts_and_stores_nothing(journal: SqlJournal) -> None:
-    journal.append("schedule/s", 0, [ev(), ev()])
-    head = journal.head()
+def test_stale_expected_version_conflicts_and_stores_nothing(any_journal: Journal) -> None:
+    any_journal.append("schedule/s", 0, [ev(), ev()])
+    head = any_journal.head()
     for stale in (0, 1):
         with pytest.raises(AppendConflict) as info:
-            journal.append("schedule/s", stale, [ev("Late"), ev("Later")])
+            any_journal.append("schedule/s", stale, [ev("Late"), ev("Later")])
         assert info.value.stream == "schedule/s"
         assert info.value.expected_version == stale
         assert info.value.actual_version == 2
         assert isinstance(info.value, DurableError)
-    assert versions(journal.read_stream("schedule/s")) == [1, 2]
-    assert journal.head() == head
+    assert versions(any_journal.read_stream("schedule/s")) == [1, 2]
+    assert any_journal.head() == head
 
 
-def test_expected_version_beyond_the_end_is_refused(journal: SqlJournal) -> None:
-    journal.append("schedule/s", 0, [ev(), ev()])
+def test_expected_version_beyond_the_end_is_refused(any_journal: Journal) -> None:
+    any_journal.append("schedule/s", 0, [ev(), ev()])
     for beyond in (3, 5):
         with pytest.raises(AppendConflict) as info:
-            journal.append("schedule/s", beyond, [ev(), ev()])
+            any_journal.append("schedule/s", beyond, [ev(), ev()])
         assert info.value.stream == "schedule/s"
         assert info.value.actual_version == 2
     with pytest.raises(AppendConflict):
-        journal.append("schedule/new", 1, [ev()])  # a stream that does not exist is at 0
-    assert versions(journal.read_stream("schedule/s")) == [1, 2]
-    assert journal.read_stream("schedule/new") == []
-    assert journal.append("schedule/s", 2, [ev()]) == 3  # the right version still works
+        any_journal.append("schedule/new", 1, [ev()])  # a stream that does not exist is at 0
+    assert versions(any_journal.read_stream("schedule/s")) == [1, 2]
+    assert any_journal.read_stream("schedule/new") == []
+    assert any_journal.append("schedule/s", 2, [ev()]) == 3  # the right version still works
 
 
-def test_append_many_stores_all_streams_in_one_transaction(journal: SqlJournal) -> None:
-    journal.append("schedule/a", 0, [ev()])
-    journal.append_many(
+def test_append_many_stores_all_streams_in_one_transaction(any_journal: Journal) -> None:
+    any_journal.append("schedule/a", 0, [ev()])
+    any_journal.append_many(
         [
             Append(stream="schedule/a", expected_version=1, events=[ev("A2")]),
             Append(stream="run/b", expected_version=0, events=[ev("B1"), ev("B2")]),
             Append(stream="run/b", expected_version=2, events=[ev("B3")]),  # same batch, later
         ]
     )
-    assert versions(journal.read_stream("schedule/a")) == [1, 2]
-    assert versions(journal.read_stream("run/b")) == [1, 2, 3]
+    assert versions(any_journal.read_stream("schedule/a")) == [1, 2]
+    assert versions(any_journal.read_stream("run/b")) == [1, 2, 3]
     # Positions follow the order of the appends.
-    assert [e.type for e in journal.read_all(1)] == ["A2", "B1", "B2", "B3"]
-    journal.append_many([])  # nothing to do, no error
+    assert [e.type for e in any_journal.read_all(1)] == ["A2", "B1", "B2", "B3"]
+    any_journal.append_many([])  # nothing to do, no error
 
 
 @pytest.mark.parametrize("bad", ["stale", "beyond", "duplicate-in-batch"])
 def test_append_many_with_one_conflict_stores_nothing(
-    journal: SqlJournal, bad: str, caplog: pytest.LogCaptureFixture
+    any_journal: Journal, bad: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    journal.append("schedule/a", 0, [ev()])
-    journal.append("schedule/c", 0, [ev(), ev()])
-    head = journal.head()
+    any_journal.append("schedule/a", 0, [ev()])
+    any_journal.append("schedule/c", 0, [ev(), ev()])
+    head = any_journal.head()
     conflicting = {
         "stale": [Append(stream="schedule/c", expected_version=1, events=[ev()])],
         "beyond": [Append(stream="schedule/c", expected_version=7, events=[ev()])],
@@ -218,69 +235,69 @@ def test_append_many_with_one_conflict_stores_nothing(
         Append(stream="run/after", expected_version=0, events=[ev()]),
     ]
     with pytest.raises(AppendConflict) as info:
-        journal.append_many(appends)
+        any_journal.append_many(appends)
     assert info.value.stream == "schedule/c"
-    assert journal.head() == head
-    assert versions(journal.read_stream("schedule/a")) == [1]
-    assert journal.read_stream("run/new") == []
-    assert journal.read_stream("run/after") == []
+    assert any_journal.head() == head
+    assert versions(any_journal.read_stream("schedule/a")) == [1]
+    assert any_journal.read_stream("run/new") == []
+    assert any_journal.read_stream("run/after") == []
     # MySQL: explaining the conflict never waits for the failed transaction's own lock row
     # (it did, until innodb_lock_wait_timeout, then logged this).
     assert "could not check the category lock rows" not in caplog.text
 
 
-def test_append_many_in_large_batches(journal: SqlJournal) -> None:
+def test_append_many_in_large_batches(any_journal: Journal) -> None:
     batch = [Append(stream=f"run/{i}", expected_version=0, events=[ev(i=i)]) for i in range(1200)]
-    journal.append_many(batch)
-    assert journal.head("run") > 0
-    assert len(journal.read_all(0, limit=5000)) == 1200
+    any_journal.append_many(batch)
+    assert any_journal.head("run") > 0
+    assert len(any_journal.read_all(0, limit=5000)) == 1200
     # A conflict at the end of a big batch is still attributed to its stream.
     again = [Append(stream=f"run/{i}", expected_version=1, events=[ev()]) for i in range(1199)]
     again.append(Append(stream="run/1199", expected_version=0, events=[ev()]))
     with pytest.raises(AppendConflict) as info:
-        journal.append_many(again)
+        any_journal.append_many(again)
     assert info.value.stream == "run/1199"
-    assert len(journal.read_all(0, limit=5000)) == 1200
+    assert len(any_journal.read_all(0, limit=5000)) == 1200
 
 
 # ----------------------------------------------------------------------------- reading
 
 
-def test_read_all_in_position_order_with_category_after_and_limit(journal: SqlJournal) -> None:
-    journal.append("schedule/a", 0, [ev("s1")])
-    journal.append("run/x", 0, [ev("r1"), ev("r2")])
-    journal.append("schedule/b", 0, [ev("s2")])
-    journal.append("schedule/a", 1, [ev("s3")])
-    everything = journal.read_all(0)
+def test_read_all_in_position_order_with_category_after_and_limit(any_journal: Journal) -> None:
+    any_journal.append("schedule/a", 0, [ev("s1")])
+    any_journal.append("run/x", 0, [ev("r1"), ev("r2")])
+    any_journal.append("schedule/b", 0, [ev("s2")])
+    any_journal.append("schedule/a", 1, [ev("s3")])
+    everything = any_journal.read_all(0)
     assert [e.type for e in everything] == ["s1", "r1", "r2", "s2", "s3"]
     positions = [e.position for e in everything]
     assert positions == sorted(positions)
     assert len(set(positions)) == 5
 
-    assert [e.type for e in journal.read_all(0, category="schedule")] == ["s1", "s2", "s3"]
-    assert [e.type for e in journal.read_all(0, category="run")] == ["r1", "r2"]
-    assert journal.read_all(0, category="nothing") == []
-    assert [e.type for e in journal.read_all(positions[1])] == ["r2", "s2", "s3"]
-    assert [e.type for e in journal.read_all(positions[1], category="schedule")] == ["s2", "s3"]
-    assert [e.type for e in journal.read_all(0, limit=2)] == ["s1", "r1"]
-    assert [e.type for e in journal.read_all(0, category="schedule", limit=2)] == ["s1", "s2"]
-    assert journal.read_all(positions[-1]) == []
+    assert [e.type for e in any_journal.read_all(0, category="schedule")] == ["s1", "s2", "s3"]
+    assert [e.type for e in any_journal.read_all(0, category="run")] == ["r1", "r2"]
+    assert any_journal.read_all(0, category="nothing") == []
+    assert [e.type for e in any_journal.read_all(positions[1])] == ["r2", "s2", "s3"]
+    assert [e.type for e in any_journal.read_all(positions[1], category="schedule")] == ["s2", "s3"]
+    assert [e.type for e in any_journal.read_all(0, limit=2)] == ["s1", "r1"]
+    assert [e.type for e in any_journal.read_all(0, category="schedule", limit=2)] == ["s1", "s2"]
+    assert any_journal.read_all(positions[-1]) == []
     with pytest.raises(ValueError):
-        journal.read_all(0, limit=0)
+        any_journal.read_all(0, limit=0)
     with pytest.raises(ValueError):
-        journal.read_all(-1)
+        any_journal.read_all(-1)
 
 
-def test_head(journal: SqlJournal) -> None:
-    assert journal.head() == 0
-    assert journal.head("schedule") == 0
-    journal.append("schedule/a", 0, [ev()])
-    journal.append("run/x", 0, [ev(), ev()])
-    events = journal.read_all(0)
-    assert journal.head() == events[-1].position
-    assert journal.head("schedule") == events[0].position
-    assert journal.head("run") == events[-1].position
-    assert journal.head("other") == 0
+def test_head(any_journal: Journal) -> None:
+    assert any_journal.head() == 0
+    assert any_journal.head("schedule") == 0
+    any_journal.append("schedule/a", 0, [ev()])
+    any_journal.append("run/x", 0, [ev(), ev()])
+    events = any_journal.read_all(0)
+    assert any_journal.head() == events[-1].position
+    assert any_journal.head("schedule") == events[0].position
+    assert any_journal.head("run") == events[-1].position
+    assert any_journal.head("other") == 0
 
 
 def test_read_all_by_category_uses_the_category_index(sqlite_url: str) -> None:
@@ -331,20 +348,22 @@ BAD_APPENDS: list[tuple[str, Any, int, Any]] = [
     ids=[case[0] for case in BAD_APPENDS],
 )
 def test_bad_input_is_refused_before_anything_is_stored(
-    journal: SqlJournal, stream: Any, expected: Any, events: Any
+    any_journal: Journal, stream: Any, expected: Any, events: Any
 ) -> None:
     with pytest.raises((ValueError, TypeError)):
-        journal.append(stream, expected, events)
+        any_journal.append(stream, expected, events)
     good = Append(stream="run/good", expected_version=0, events=[ev()])
     with pytest.raises((ValueError, TypeError)):
-        journal.append_many([good, Append(stream=stream, expected_version=expected, events=events)])
-    assert journal.head() == 0
+        any_journal.append_many(
+            [good, Append(stream=stream, expected_version=expected, events=events)]
+        )
+    assert any_journal.head() == 0
 
 
-def test_a_stream_of_255_characters_is_accepted(journal: SqlJournal) -> None:
+def test_a_stream_of_255_characters_is_accepted(any_journal: Journal) -> None:
     stream = "run/" + "x" * 251
-    assert journal.append(stream, 0, [NewEvent(type="T" * 128)]) == 1
-    assert journal.read_stream(stream)[0].type == "T" * 128
+    assert any_journal.append(stream, 0, [NewEvent(type="T" * 128)]) == 1
+    assert any_journal.read_stream(stream)[0].type == "T" * 128
 
 
 JSON_SCALARS = (
@@ -363,10 +382,10 @@ JSON_VALUES = st.recursive(
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
 @given(data=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5))
-def test_any_json_data_round_trips(journal: SqlJournal, data: dict[str, Any]) -> None:
+def test_any_json_data_round_trips(any_journal: Journal, data: dict[str, Any]) -> None:
     stream = f"run/{uuid.uuid4().hex}"
-    journal.append(stream, 0, [NewEvent(type="T", data=data)])
-    assert journal.read_stream(stream)[0].data == data
+    any_journal.append(stream, 0, [NewEvent(type="T", data=data)])
+    assert any_journal.read_stream(stream)[0].data == data
 
 
 # ----------------------------------------------------------------------------- caller's transaction
@@ -557,12 +576,12 @@ def test_ddl_creates_what_the_journal_expects(journal_url: str) -> None:
     j.close()
 
 
-def test_close_is_idempotent_and_final(journal: SqlJournal) -> None:
-    journal.append("run/x", 0, [ev()])
-    journal.close()
-    journal.close()
+def test_close_is_idempotent_and_final(any_journal: Journal) -> None:
+    any_journal.append("run/x", 0, [ev()])
+    any_journal.close()
+    any_journal.close()
     with pytest.raises(JournalError, match="closed"):
-        journal.read_stream("run/x")
+        any_journal.read_stream("run/x")
 
 
 # ----------------------------------------------------------------------------- URLs
