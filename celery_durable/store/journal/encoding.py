@@ -8,13 +8,13 @@ names (length, NUL, valid Unicode), versions, and data that survives a JSON roun
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery_durable.core.codec import is_plain_json as _is_plain_json
 from celery_durable.core.codec import plain_json_text
 from celery_durable.core.journal import Append, NewEvent, StoredEvent, category_of
-from celery_durable.errors import JournalError
+from celery_durable.errors import AppendConflict, JournalError
 
 MAX_STREAM_LENGTH = 255
 MAX_CATEGORY_LENGTH = 64
@@ -136,6 +136,26 @@ def _rows(
             )
         versions.append(version)
     return rows, versions
+
+
+def first_misfit(
+    appends: Sequence[Append], version_of: Callable[[str], int]
+) -> AppendConflict | None:
+    """The conflict of the first append that does not fit its stream's version (A8), counting
+    the appends before it in the same batch; ``None`` when every one fits."""
+    heads: dict[str, int] = {}
+    for append in appends:
+        actual = heads[append.stream] if append.stream in heads else version_of(append.stream)
+        if append.expected_version != actual:
+            return AppendConflict(
+                f"stream {append.stream!r} is at version {actual}, not at the expected "
+                f"version {append.expected_version}: read it again and decide again",
+                stream=append.stream,
+                expected_version=append.expected_version,
+                actual_version=actual,
+            )
+        heads[append.stream] = actual + len(append.events)
+    return None
 
 
 def _stored(row: Any) -> StoredEvent:

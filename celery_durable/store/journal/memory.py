@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
-from celery_durable.errors import AppendConflict, JournalError
-from celery_durable.store.journal.encoding import _check_int, _rows
+from celery_durable.errors import JournalError
+from celery_durable.store.journal.encoding import _check_int, _rows, first_misfit
 
 UTC = timezone.utc
 
@@ -81,18 +81,9 @@ class MemoryJournal:
     def _store(self, appends: Sequence[Append], rows: list[dict[str, object]]) -> None:
         with self._lock:
             self._check_open()
-            heads: dict[str, int] = {}
-            for append in appends:
-                actual = heads.get(append.stream, self._version(append.stream))
-                if actual != append.expected_version:
-                    raise AppendConflict(
-                        f"stream {append.stream!r} is at version {actual}, not at the expected "
-                        f"version {append.expected_version}: read it again and decide again",
-                        stream=append.stream,
-                        expected_version=append.expected_version,
-                        actual_version=actual,
-                    )
-                heads[append.stream] = actual + len(append.events)
+            conflict = first_misfit(appends, self._version)
+            if conflict is not None:
+                raise conflict
             now = datetime.now(UTC)
             for values in rows:
                 row = _Row(

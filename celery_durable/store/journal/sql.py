@@ -79,6 +79,7 @@ from celery_durable.store.journal.encoding import (
     _rows,
     _stored,
     encode_data,
+    first_misfit,
 )
 from celery_durable.store.journal.urls import (
     is_mysql,
@@ -662,17 +663,10 @@ class SqlJournal:
                 .group_by(_events.c.stream)
             )
             current.update((stream, int(version)) for stream, version in conn.execute(query))
-        for append in appends:
-            found = current.get(append.stream, 0)
-            if found != append.expected_version:
-                state.failed = True
-                raise AppendConflict(
-                    f"stream {append.stream!r} is at version {found}, "
-                    f"not {append.expected_version}",
-                    stream=append.stream,
-                    expected_version=append.expected_version,
-                    actual_version=found,
-                )
+        conflict = first_misfit(appends, lambda stream: current.get(stream, 0))
+        if conflict is not None:
+            state.failed = True
+            raise conflict
         try:
             if self._sqlite or self._mysql:
                 # On MySQL the drivers turn an executemany of INSERT … VALUES into multi-row
@@ -719,18 +713,7 @@ class SqlJournal:
         except DBAPIError:
             log.warning("could not read stream heads to explain an append conflict", exc_info=True)
             return AppendConflict("append conflict", stream=None, expected_version=None)
-        for append in appends:
-            actual = heads.get(append.stream, 0)
-            if append.expected_version != actual:
-                return AppendConflict(
-                    f"stream {append.stream!r} is at version {actual}, not at the expected "
-                    f"version {append.expected_version}: read it again and decide again",
-                    stream=append.stream,
-                    expected_version=append.expected_version,
-                    actual_version=actual,
-                )
-            heads[append.stream] = actual + len(append.events)
-        return AppendConflict(
+        return first_misfit(appends, lambda stream: heads.get(stream, 0)) or AppendConflict(
             "append conflict with a concurrent writer", stream=None, expected_version=None
         )
 

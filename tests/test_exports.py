@@ -1,0 +1,99 @@
+"""The public names of ``celery_durable`` (SPEC §8) are pinned here.
+
+A name added to or removed from the package's exports fails :func:`test_the_exports_are_pinned`
+until this list changes with it, so a change of the public API is always a decision. The package
+writes its exports three times (the ``TYPE_CHECKING`` imports for type checkers, ``__all__``,
+and the module of each lazily loaded name): the other tests hold the three to one another.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import celery_durable
+
+PUBLIC = [
+    "FRIDAY", "MAX_ID_LENGTH", "MONDAY", "SATURDAY", "SUNDAY", "THURSDAY", "TUESDAY", "WEDNESDAY",
+    "AttemptTimeout", "Cancelled", "CatchUp", "Cron", "Crontab", "Daily", "Durable",
+    "DurableError", "Every", "Faulted", "Finished", "InvalidSchedule", "Once", "Overlap", "Retry",
+    "RunCancelled", "RunEnded", "RunFaulted", "RunParked", "RunView", "ScheduleConflict",
+    "ScheduleNotFound", "ScheduleView", "ScheduledRun", "Solar", "StepFailed", "UnknownTask",
+    "Weekday", "Weekly", "now", "parse_run_id", "random", "rule_from_json", "run_id", "sleep",
+    "step_context", "uuid4", "wait_signal",
+]  # fmt: skip
+
+SPEC_8 = [
+    "Durable",
+    "ScheduledRun",
+    "CatchUp",
+    "Overlap",
+    "Daily",
+    "Weekly",
+    "Every",
+    "Cron",
+    "Once",
+    "Solar",
+    "MONDAY",
+    "TUESDAY",
+    "WEDNESDAY",
+    "THURSDAY",
+    "FRIDAY",
+    "SATURDAY",
+    "SUNDAY",
+    "Retry",
+    "Finished",
+    "Faulted",
+    "Cancelled",
+    "run_id",
+    "parse_run_id",
+    "now",
+    "uuid4",
+    "random",
+    "sleep",
+    "wait_signal",
+    "step_context",
+    "DurableError",
+    "InvalidSchedule",
+    "ScheduleConflict",
+    "UnknownTask",
+    "StepFailed",
+    "RunFaulted",
+    "RunCancelled",
+    "MAX_ID_LENGTH",
+]
+"""The names SPEC §8 lists for the features this version has."""
+
+
+def type_checking_imports() -> dict[str, str]:
+    """Name → module of the ``from … import …`` lines under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(Path(celery_durable.__file__).read_text())
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for child in node.body:
+                assert isinstance(child, ast.ImportFrom) and child.module is not None
+                found.update({alias.name: child.module for alias in child.names})
+    return found
+
+
+def test_the_exports_are_pinned() -> None:
+    assert sorted(celery_durable.__all__) == sorted(PUBLIC)
+    assert len(set(PUBLIC)) == len(PUBLIC)
+
+
+def test_every_name_spec_8_lists_is_exported() -> None:
+    assert [name for name in SPEC_8 if name not in celery_durable.__all__] == []
+
+
+def test_the_three_lists_of_exports_agree() -> None:
+    lazy = celery_durable._MODULE_OF
+    assert set(lazy) == set(celery_durable.__all__)
+    assert type_checking_imports() == lazy
+
+
+def test_every_export_loads_from_its_module() -> None:
+    for name, module in celery_durable._MODULE_OF.items():
+        assert getattr(celery_durable, name) is getattr(importlib.import_module(module), name)
+    assert set(celery_durable.__all__) <= set(dir(celery_durable))
