@@ -204,9 +204,8 @@ class Pruner:
         report = PruneReport(horizon=now - older_than, dry_run=dry_run)
         if dry_run:
             tail = None  # a count reads everything and leaves the memory as it was
-        seen = _Scan(
-            report=report, now=now, head=self.journal.head("schedule"), tail=tail, progress=progress
-        )
+        head = self.journal.head("schedule") if progress is not None else 0  # for the line only
+        seen = _Scan(report=report, now=now, head=head, tail=tail, progress=progress)
 
         def more() -> bool:
             if not keep_going():
