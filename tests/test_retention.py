@@ -30,6 +30,7 @@ from celery_durable.core.codec import time_from_json
 from celery_durable.core.schedule_events import RUN_RECORD_TYPES
 from celery_durable.store.journal.schema import events as events_table
 from celery_durable.store.journal.schema import snapshots as snapshots_table
+from celery_durable.store.retention import Pruner, TailMemory
 from tests.support.clock import T0, FakeClock
 from tests.support.processes import REPO_ROOT, child_env, run_child
 
@@ -424,4 +425,24 @@ def test_prune_shows_its_progress_on_a_terminal(sqlite_url: str) -> None:
     assert "\rprune: schedule events: position " in err, err
     assert out.startswith(f"removed: {eligible} schedule event(s)"), out
     assert old_run_records(durable, horizon) == 0
+    durable.close()
+
+
+def test_a_full_tail_memory_forgets_no_eligible_record(sqlite_url: str) -> None:
+    """O1: when more late records are found than the memory keeps, the pass after the horizon
+    passes the earliest one it forgot reads the tail again: nothing eligible is left."""
+    clock = FakeClock(T0)
+    durable = Durable(make_app(retention=timedelta(days=366)), sqlite_url, clock=clock)
+    record_late(durable, clock, down=timedelta(days=60))
+    pruner = Pruner(durable.journal, durable.index, batch=50)
+    pruner.catch_up_index(clock())
+    tail = TailMemory(limit=5)
+    first = pruner.prune(clock(), timedelta(days=50), tail=tail)
+    assert first.complete and len(tail.late) == 5 and tail.floor is not None
+    assert old_run_records(durable, clock() - timedelta(days=50)) == 0
+    for days in (5, 15):
+        later = clock() + timedelta(days=days)
+        report = pruner.prune(later, timedelta(days=50), tail=tail)
+        assert report.complete and report.schedule_events > 2 * 24 * 5
+        assert old_run_records(durable, later - timedelta(days=50)) == 0
     durable.close()

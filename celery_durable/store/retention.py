@@ -298,12 +298,14 @@ class Pruner:
             if not more():
                 return
             chunk = due[start : start + self.batch]
-            for position in chunk:
+            kept = self._prune_read(seen, self.journal.read_positions(chunk), "late records")
+            # Forgotten only once removed (or gone): a batch that fails keeps them for the next.
+            for position in set(chunk) - kept:
                 tail.late.pop(position, None)
-            self._prune_read(seen, self.journal.read_positions(chunk), "late records")
 
-    def _prune_read(self, seen: _Scan, batch: Sequence[StoredEvent], phase: str) -> None:
-        """Remove what one batch read holds that may go; remember the late records it keeps.
+    def _prune_read(self, seen: _Scan, batch: Sequence[StoredEvent], phase: str) -> set[int]:
+        """Remove what one batch read holds that may go; remember (and return the positions
+        of) the late records it keeps.
 
         A late record (due ``LATE`` or more before it was recorded) may be old long before a
         head scan reaches it: the tail memory keeps it, with the old ones that must stay for
@@ -334,6 +336,7 @@ class Pruner:
         if batch and phase != "late records":
             seen.position = max(seen.position, batch[-1].position)
         seen.show(phase)
+        return {event.position for event, _ in late}
 
     def _prune_schedule_batch(
         self, old: Sequence[tuple[StoredEvent, datetime]], seen: _Scan
