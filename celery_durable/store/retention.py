@@ -256,7 +256,9 @@ class Pruner:
             if tail.floor is not None and tail.floor < report.horizon:
                 tail.forget()  # the memory was full: read the whole tail again
             self._prune_late(seen, tail.due_before(report.horizon), more, tail)
-        end, finished = self._scan(seen, 0, more, stop=report.horizon + LATE)
+        # Twice LATE: an event recorded on time by a writer whose clock is up to LATE behind
+        # is still due after the horizon.
+        end, finished = self._scan(seen, 0, more, stop=report.horizon + 2 * LATE)
         if finished or not report.complete:
             if tail is not None and finished:
                 tail.position = max(tail.position, end)
