@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from celery_durable.core.outcomes import Outcome
     from celery_durable.core.retry import Retry
     from celery_durable.dispatch.dispatcher import Dispatcher
-    from celery_durable.store.retention import PruneReport
+    from celery_durable.store.retention import PruneProgress, PruneReport
     from celery_durable.worker.durable_task import DurableTask
 
 P = ParamSpec("P")
@@ -183,11 +183,19 @@ class Durable:
         """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""
         control.signal(self.runtime, run_id, name, payload)
 
-    def prune(self, older_than: timedelta | None = None, *, dry_run: bool = False) -> PruneReport:
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[PruneProgress], None] | None = None,
+    ) -> PruneReport:
         """Remove the runs that are over and due before ``now - older_than`` (O1).
 
-        ``older_than`` defaults to ``durable_retention`` (30 days). Works in small batches, each
-        one short transaction; safe while beat runs. With ``dry_run`` only counts. Returns a
+        ``older_than`` defaults to ``durable_retention`` (30 days). One call removes everything
+        eligible, whatever order it was recorded in, in small batches, each one short
+        transaction; safe while beat runs. With ``dry_run`` only counts. ``progress`` is called
+        after each batch with a :class:`~.store.retention.PruneProgress`. Returns a
         :class:`~.store.retention.PruneReport`. See docs/retention.md.
         """
         from celery_durable.store.retention import Pruner
@@ -197,7 +205,7 @@ class Durable:
         now = self.now()
         if not dry_run:
             pruner.catch_up_index(now)
-        return pruner.prune(now, older_than or config.retention, dry_run=dry_run)
+        return pruner.prune(now, older_than or config.retention, dry_run=dry_run, progress=progress)
 
     # ------------------------------------------------------------------------------------------
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -15,6 +18,12 @@ from celery_durable.cli.common import (
     session,
 )
 from celery_durable.cli.parse import duration
+
+if TYPE_CHECKING:
+    from celery_durable.store.retention import PruneProgress
+
+PROGRESS_EVERY = 0.2
+"""Seconds between two redraws of prune's progress line."""
 
 
 @click.group(cls=DurableGroup, name="index")
@@ -92,14 +101,23 @@ def init(sql: bool) -> None:
 def prune(older_than: str | None, dry_run: bool) -> None:
     """Remove the records of runs that are over and older than the retention (O1).
 
-    Works in small batches, each one short transaction: safe while beat runs. What deciding
-    needs (each schedule's state, its life-cycle events, unfinished runs) is kept.
+    One call removes everything eligible, also runs recorded late (a backfill, a catch-up
+    after downtime), in small batches, each one short transaction: safe while beat runs. What
+    deciding needs (each schedule's state, its life-cycle events, unfinished runs) is kept.
+    On a terminal, a progress line on stderr shows how far it got.
     """
     current = session()
     age = duration(older_than, "--older-than") if older_than is not None else None
     if age is not None and age <= timedelta(0):
         raise invalid(f"--older-than must be positive, not {older_than!r}")
-    report = current.durable.prune(age, dry_run=dry_run)
+    stderr = click.get_text_stream("stderr")
+    shown = _progress_line(stderr) if stderr.isatty() else None
+    try:
+        report = current.durable.prune(age, dry_run=dry_run, progress=shown)
+    finally:
+        if shown is not None:
+            stderr.write("\r\033[K")  # the line goes: the result follows on stdout
+            stderr.flush()
     if current.json:
         emit_json(report.to_json())
         return
@@ -109,3 +127,28 @@ def prune(older_than: str | None, dry_run: bool) -> None:
         f"with {report.run_events} event(s); {report.snapshots} snapshot(s) "
         f"(runs due before {report.horizon.isoformat()})"
     )
+
+
+def _progress_line(stream: TextIO) -> Callable[[PruneProgress], None]:
+    """A callback that redraws one line on ``stream``, at most every ``PROGRESS_EVERY`` s."""
+    last = 0.0
+
+    def show(progress: PruneProgress) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_EVERY:
+            return
+        last = now
+        report = progress.report
+        verb = "counted" if report.dry_run else "removed"
+        if progress.phase == "runs":
+            where = f"durable runs: {report.runs:,} {verb}"
+        else:
+            where = f"schedule events: position {progress.position:,} of {progress.head:,}"
+        stream.write(
+            f"\rprune: {where}; {report.schedule_events:,} schedule event(s) {verb}, "
+            f"{report.events_read:,} read\033[K"
+        )
+        stream.flush()
+
+    return show

@@ -4,7 +4,8 @@ Deciding never waits for a pass: the tick only starts one (at most every
 ``durable_prune_interval``, the first one interval after start-up) and returns. The pass works
 in batches of ``durable_prune_batch`` rows, each one short transaction, and stops before the
 next batch when this process no longer holds the dispatcher lease (another beat took over) or
-the dispatcher closes.
+the dispatcher closes. The job keeps the pass's :class:`TailMemory`: the first pass reads the
+whole journal once, later ones only what was stored since, plus the late records remembered.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from celery_durable.errors import JournalError
 from celery_durable.runtime import Runtime
 from celery_durable.store.index import ScheduleIndex
 from celery_durable.store.lease import Lease
-from celery_durable.store.retention import Pruner, PruneReport
+from celery_durable.store.retention import Pruner, PruneReport, TailMemory
 
 __all__ = ["PruneJob"]
 
@@ -38,6 +39,8 @@ class PruneJob:
         self.lease = lease
         self.clock = runtime.now
         self.last: PruneReport | None = None
+        self.tail = TailMemory()
+        """How far the passes read the journal's tail, and the late records found there (O1)."""
         self._next: datetime | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
@@ -74,7 +77,7 @@ class PruneJob:
     def _run(self, now: datetime) -> None:
         try:
             self.last = self.pruner.prune(
-                now, self.retention, keep_going=self._holds_lease, pause=BATCH_PAUSE
+                now, self.retention, keep_going=self._holds_lease, pause=BATCH_PAUSE, tail=self.tail
             )
         except JournalError as exc:  # away or closed: the next pass tries again
             log.warning("retention pass stopped: %s", exc)

@@ -15,6 +15,11 @@
               schedules without history.
 * ``state``   ``schedules.state()`` of a schedule with 100,000 stored events vs one with 10
               (before and after a prune that snapshots the big one).
+* ``late``    one ``durable.prune()`` after a beat downtime of 68 days: a catch-up ``ALL`` of a
+              two-hourly schedule and a backfill of ``--n-late`` schedules of ``Every(10 min)``
+              (9,648 runs each) record old due times at new positions; the call must remove
+              every eligible record (O1): events removed, read, batches and seconds, with
+              ``--dry-run`` before it.
 * ``size``    journal size (SQLite file after a checkpoint, and event rows) after 30 and after
               120 simulated days of ``--n-size`` hourly schedules with retention 30 days.
 
@@ -216,6 +221,50 @@ def state_case(a: argparse.Namespace, td: Path) -> list[dict[str, Any]]:
     return rows
 
 
+# -- late ------------------------------------------------------------------------------------
+
+
+def late_case(a: argparse.Namespace, td: Path) -> list[dict[str, Any]]:
+    url = journal_url(a, td, "late")
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    durable = Durable(app(timedelta(days=366)), url, clock=lambda: now[0])
+    schedules = durable.schedules
+    schedules.create("two-hourly", TASK, 0, Every(timedelta(hours=2)), CatchUp.ALL)
+    ids = [f"late-{i}" for i in range(a.n_late)]
+    for i, sid in enumerate(ids):
+        schedules.create(sid, TASK, i, Every(timedelta(minutes=10)), CatchUp.LATEST)
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    start = now[0]
+    now[0] += timedelta(days=68)
+    dispatcher.tick()
+    backfilled = sum(len(schedules.backfill(sid, start, now[0] - timedelta(days=1))) for sid in ids)
+    for _ in range(50):  # the backfilled runs go out
+        now[0] += timedelta(seconds=1)
+        dispatcher.tick()
+    dispatcher.close()
+    rows = []
+    for dry_run in (True, False):
+        t0 = time.perf_counter()
+        report = durable.prune(timedelta(days=30), dry_run=dry_run)
+        rows.append(
+            {
+                "bench": "late",
+                "backfilled_runs": backfilled,
+                "dry_run": dry_run,
+                "schedule_events": report.schedule_events,
+                "events_read": report.events_read,
+                "batches": report.batches,
+                "complete": report.complete,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+    again = durable.prune(timedelta(days=30))
+    rows.append({"bench": "late", "second_call_removed": again.schedule_events})
+    durable.close()
+    return rows
+
+
 # -- size ------------------------------------------------------------------------------------
 
 
@@ -266,7 +315,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--only", default="steady,startup,state,size")
+    ap.add_argument("--only", default="steady,startup,state,late,size")
     ap.add_argument(
         "--url", default=None, help="a PostgreSQL URL (an empty database) instead of SQLite files"
     )
@@ -276,6 +325,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--n-startup", type=int, default=10_000)
     ap.add_argument("--n-size", type=int, default=20)
+    ap.add_argument("--n-late", type=int, default=1, help="backfilled schedules in late")
     ap.add_argument("--prune-batch", type=int, default=100, help="durable_prune_batch")
     a = ap.parse_args()
     PRUNE_BATCH[0] = a.prune_batch
@@ -287,6 +337,8 @@ def main() -> None:
             out += state_case(a, td)
         if "startup" in chosen:
             out += [startup_case(a, td, 100), startup_case(a, td, 0)]
+        if "late" in chosen:
+            out += late_case(a, td)
         if "size" in chosen:
             out += size_case(a, td)
         if "steady" in chosen:
