@@ -109,7 +109,13 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     return checked
 
 
-def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
+def check_call(
+    runtime: Runtime,
+    schedule_id: str,
+    content: Content,
+    *,
+    args_from: str = "the schedule's args and kwargs options",
+) -> None:
     """Refuse a schedule whose runs could never call their task (``InvalidSchedule``).
 
     The arguments its messages will carry (built as the dispatcher builds them,
@@ -117,6 +123,8 @@ def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
     plain task ``args``/``kwargs`` options, else the input as its one argument) must fit the
     task's signature, checked the way Celery's ``apply_async`` checks it
     (``task.__header__``). A task known only by name, or with ``typing=False``, is not checked.
+    ``create``/``change`` and both importers (I1, I2) share this one test; ``args_from`` names
+    where the args came from in the message.
     """
     task = runtime.app.tasks.get(content.task)
     if task is None or getattr(task, "typing", True) is False:
@@ -140,7 +148,7 @@ def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
         if is_durable:
             given = "one argument, the ScheduledRun (schedule, due, input)"
         elif "args" in content.options or "kwargs" in content.options:
-            given, field = "the schedule's args and kwargs options", "options"
+            given, field = args_from, "options"
         elif content.input is None:
             given = "no argument (the schedule has no input)"
         else:
