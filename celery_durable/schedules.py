@@ -23,7 +23,7 @@ from celery_durable.core.catchup import due_times
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
-from celery_durable.core.limits import check_instant, check_rule_instants
+from celery_durable.core.limits import check_instant, check_rule_limits
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.core.rules import (
@@ -125,14 +125,20 @@ def check_call(
     (``task.__header__``). A task known only by name, or with ``typing=False``, is not checked.
     ``create``/``change`` and both importers (I1, I2) share this one test; ``args_from`` names
     where the args came from in the message.
+
+    Values a run would never send are refused too, whatever ``typing`` says: ``args`` or
+    ``kwargs`` options for a durable task (its message is the ``ScheduledRun``; the values
+    belong in the input), and an input beside them for a plain task (the message carries the
+    args, so the input would reach no one).
     """
+    is_durable = runtime.is_durable(content.task)
+    check_sent(content, is_durable=is_durable)
     task = runtime.app.tasks.get(content.task)
     if task is None or getattr(task, "typing", True) is False:
         return
     from celery_durable.core.schedule_aggregate import PendingRun
     from celery_durable.message import run_message
 
-    is_durable = runtime.is_durable(content.task)
     pending = PendingRun(
         due=_EPOCH, run_id="", task=content.task, input=content.input, options=content.options
     )
@@ -156,6 +162,27 @@ def check_call(
         raise InvalidSchedule(
             f"task {content.task!r} cannot be called with {given}: {exc}", field=field
         ) from None
+
+
+def check_sent(content: Content, *, is_durable: bool) -> None:
+    """Refuse ``args``/``kwargs`` options a run would drop (see :func:`check_call`)."""
+    given = [k for k in ("args", "kwargs") if content.options.get(k) is not None]
+    if not given:
+        return
+    named = " and ".join(repr(k) for k in given)
+    if is_durable:
+        raise InvalidSchedule(
+            f"task {content.task!r} is a durable task: each run is sent one ScheduledRun "
+            f"(schedule, due, input), never the option {named}; put those values in the input",
+            field="options",
+        )
+    if content.input is not None:
+        raise InvalidSchedule(
+            f"task {content.task!r} would be sent the option {named} and never the input: "
+            "a plain task gets either the input as its one argument or args and kwargs; "
+            "give one of them",
+            field="input",
+        )
 
 
 class Schedules:
@@ -370,7 +397,7 @@ class Schedules:
                 "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
                 f"not {type(rule).__name__}"
             )
-        check_rule_instants(rule)
+        check_rule_limits(rule)
         if isinstance(rule, Solar):
             sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
@@ -543,4 +570,4 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 
 
-__all__ = ["ScheduleStore", "Schedules", "check_options"]
+__all__ = ["ScheduleStore", "Schedules", "check_call", "check_options", "check_sent"]
