@@ -12,14 +12,18 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from itertools import islice
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
 from celery_durable.core import sun
 from celery_durable.core.audit import HistoryEntry, check_audit, history_of
-from celery_durable.core.catchup import due_times
+from celery_durable.core.backfill import (
+    MAX_BACKFILL,
+    Backfilled,
+    backfill_due_times,
+    why_nothing,
+)
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
@@ -291,14 +295,17 @@ class Schedules:
         *,
         by: str | None = None,
         reason: str | None = None,
-    ) -> builtins.list[str]:
+    ) -> Backfilled:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
 
         Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
         rule has already passed are backfilled (up to the schedule's last decision, the moment
         of its last change or resume, and now): later ones are the dispatcher's. Returns the
-        run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
-        ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
+        run IDs decided, oldest first, as a :class:`Backfilled` list whose ``reason`` says why
+        none was decided (a future range, one before an ``Every`` schedule's first due time,
+        every due time decided already …; ``None`` when some were). Raises
+        ``InvalidSchedule`` for a bad range or more than ``MAX_BACKFILL`` due times,
+        ``ScheduleConflict`` for an unknown or deleted schedule.
         ``by``, ``reason``: O5 (the backfill is one entry of :meth:`history`).
         """
         sid = check_schedule_id(id, stored=True)
@@ -308,17 +315,26 @@ class Schedules:
         if last < first:
             raise InvalidSchedule("backfill end is before its start")
         store = self.store
+        why: builtins.list[str] = []
 
         def commands(now: datetime) -> builtins.list[Command]:
             state = store.load(sid)
             if not state.exists or state.deleted:
                 return [DecideRun(due=now, now=now, reason="backfill")]  # raises the conflict
             assert state.content is not None
+            rule, anchor = state.content.rule, state.anchor
             until = min(last, now, state.cursor or now)
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
             # Retention removed the records up to here: those due times stay settled (O1, A6).
             floor = self._runtime.index.snapshots.pruned_through(sid)
-            dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
+            dues = backfill_due_times(rule, first, until, anchor, MAX_BACKFILL)
+            todo = [d for d in dues if d not in decided and (floor is None or d > floor)]
+            why[:] = [] if todo else [
+                why_nothing(
+                    rule=rule, anchor=anchor, start=first, end=last, now=now, until=until,
+                    found=dues, decided=decided, floor=floor,
+                )
+            ]  # fmt: skip
             return [
                 DecideRun(
                     due=due,
@@ -329,12 +345,12 @@ class Schedules:
                     by=by,
                     note=reason,
                 )
-                for due in dues
-                if due not in decided and (floor is None or due > floor)
+                for due in todo
             ]
 
         events = self._execute(sid, commands)
-        return [e.run_id for e in events if isinstance(e, RunDecided)]
+        run_ids = [e.run_id for e in events if isinstance(e, RunDecided)]
+        return Backfilled(run_ids, reason=None if run_ids else (why or ["nothing to decide"])[0])
 
     # Reads --------------------------------------------------------------------------------
 
@@ -494,20 +510,6 @@ class ScheduleStore:
         return events
 
 
-MAX_BACKFILL = 10_000
-"""A backfill deciding more due times than this is refused."""
-
-
-def backfill_due_times(
-    rule: Rule, start: datetime, end: datetime, anchor: datetime | None, limit: int
-) -> list[datetime]:
-    """The rule's due times in ``[start, end]``; ``InvalidSchedule`` past ``limit`` of them."""
-    found = list(islice(due_times(rule, start - timedelta(microseconds=1), end, anchor), limit + 1))
-    if len(found) > limit:
-        raise InvalidSchedule(f"backfill covers more than {limit} due times; split the range")
-    return found
-
-
 def view_of(state: ScheduleState) -> ScheduleView:
     """The user-facing view of a schedule state."""
     content = state.content
@@ -570,4 +572,13 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 
 
-__all__ = ["ScheduleStore", "Schedules", "check_call", "check_options", "check_sent"]
+__all__ = [
+    "MAX_BACKFILL",
+    "Backfilled",
+    "ScheduleStore",
+    "Schedules",
+    "backfill_due_times",
+    "check_call",
+    "check_options",
+    "check_sent",
+]
