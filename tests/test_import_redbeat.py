@@ -192,4 +192,26 @@ def test_an_entry_whose_args_cannot_call_its_task_is_refused(
     assert not result.applied and durable.schedules.state("bad-args") is None
 
 
+def test_args_for_a_durable_task_are_refused_not_dropped(durable: Durable, redis_url: str) -> None:
+    """A durable task is sent its ScheduledRun only: an entry's args would never reach it."""
+
+    @durable.task(name="proj.durable_report", shared=False)
+    def durable_report(run: Any) -> None:  # pragma: no cover - not run
+        return None
+
+    app = make_app(redis_url, prefix="rb-durable:")
+    RedBeatSchedulerEntry(
+        "durable-args", "proj.durable_report", schedule(timedelta(hours=1)), args=[1], app=app
+    ).save()
+    found, _ = source.read_entries(redis_url, "rb-durable:")
+    result = run_import(
+        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from="rb-durable:"
+    )
+    [item] = result.items
+    assert item.action == "refused" and item.error is not None
+    assert item.error.startswith(
+        "redbeat entry 'durable-args': task 'proj.durable_report' is a durable task"
+    ), item.error
+
+
 cli_app = make_app("redis://127.0.0.1:1/0")  # the tests give --redis-url
