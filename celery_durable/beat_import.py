@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, maybe_schedule, schedule, solar
 
+from celery_durable.beat_objects import BeatObjects
 from celery_durable.celery_schedules import crontab_rule, solar_rule
 from celery_durable.core import policies
 from celery_durable.core.codec import check_json_value, encode_celery_value
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.policies import CatchUp
-from celery_durable.core.rules import BeatEntry, Every, Rule, bind_beat_schedule
+from celery_durable.core.rules import BeatEntry, Every, Rule
 from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError, InvalidSchedule
@@ -89,8 +90,11 @@ def describe(obj: object) -> str:
     return text[:200]
 
 
-def rule_for(obj: Any, name: str, app: Celery) -> Rule:
-    """The stored rule of a ``beat_schedule`` entry's schedule object (B2, B3, B8)."""
+def rule_for(obj: Any, name: str, app: Celery, live: BeatObjects | None = None) -> Rule:
+    """The stored rule of a ``beat_schedule`` entry's schedule object (B2, B3, B8).
+
+    A rule that asks the object itself binds it in ``live`` (the beat's runtime holds them).
+    """
     if type(obj) is schedule and not obj.relative:
         try:
             return Every(obj.run_every)
@@ -105,14 +109,15 @@ def rule_for(obj: Any, name: str, app: Celery) -> Rule:
             f"beat_schedule entry {name!r}: its schedule {describe(obj)} has no is_due(); "
             "stock beat cannot run it either"
         )
-    return _asked(obj, name)
+    return _asked(obj, name, live)
 
 
-def _asked(obj: Any, name: str) -> BeatEntry:
+def _asked(obj: Any, name: str, live: BeatObjects | None) -> BeatEntry:
     """A rule that asks the live object, which the beat process holds (B3)."""
     stock = next((c for c in (crontab, solar, schedule) if isinstance(obj, c)), None)
     on_grid = stock is not None and not _overrides(obj, stock, ("is_due",))
-    bind_beat_schedule(name, obj, on_grid=on_grid)
+    if live is not None:
+        live.bind(name, obj, on_grid=on_grid)
     return BeatEntry(name, describe(obj))
 
 
@@ -171,7 +176,7 @@ def translate(runtime: Runtime, schedules: Schedules, name: str, entry: Any) -> 
     obj = maybe_schedule(entry.get("schedule"), bool(entry.get("relative", False)), app=app)
     if obj is None:
         raise InvalidSchedule(f"{where}: 'schedule' is missing")
-    rule = rule_for(obj, name, app)
+    rule = rule_for(obj, name, app, runtime.beat_objects)
     options = dict(entry.get("options") or {})
     deadline = app.conf.get("beat_cron_starting_deadline")
     # B7: stock beat skips a missed crontab run older than the deadline: a catch-up window

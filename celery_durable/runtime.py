@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Celery
 
+from celery_durable.beat_objects import BeatObjects
 from celery_durable.config import ConfigError, DurableConfig
 from celery_durable.core.ids import check_text
 from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
@@ -93,9 +94,14 @@ class Runtime:
             raise ConfigError(f"durable_engine_options: {exc}") from exc
 
     @cached_property
+    def beat_objects(self) -> BeatObjects:
+        """The schedule objects of the ``beat_schedule`` entries this process imported (B3)."""
+        return BeatObjects()
+
+    @cached_property
     def index(self) -> ScheduleIndex:
         """The schedule index projection's table access."""
-        return ScheduleIndex(self.journal)
+        return ScheduleIndex(self.journal, self.beat_objects)
 
     @cached_property
     def runs(self) -> RunStore:

@@ -36,6 +36,7 @@ from celery_durable.core.rules import (
     Crontab,
     Daily,
     Every,
+    LiveSchedules,
     Once,
     Rule,
     Solar,
@@ -357,7 +358,7 @@ class Schedules:
     def state(self, id: str) -> ScheduleView | None:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
         state = self.store.load(check_schedule_id(id, stored=True))
-        return view_of(state) if state.exists else None
+        return view_of(state, self._runtime.beat_objects) if state.exists else None
 
     def history(self, id: str) -> builtins.list[HistoryEntry]:
         """Every command on a schedule (create, change, pause, resume, delete, trigger,
@@ -372,7 +373,8 @@ class Schedules:
 
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""
-        views = [view_of(s) for s in self.store.load_all() if s.exists]
+        live = self._runtime.beat_objects
+        views = [view_of(s, live) for s in self.store.load_all() if s.exists]
         return [v for v in views if include_deleted or not v.deleted]
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
@@ -510,8 +512,8 @@ class ScheduleStore:
         return events
 
 
-def view_of(state: ScheduleState) -> ScheduleView:
-    """The user-facing view of a schedule state."""
+def view_of(state: ScheduleState, live: LiveSchedules | None = None) -> ScheduleView:
+    """The user-facing view of a schedule state (``live``: a beat's schedule objects, B3)."""
     content = state.content
     assert content is not None
     return ScheduleView(
@@ -528,7 +530,7 @@ def view_of(state: ScheduleState) -> ScheduleView:
         paused=state.paused,
         deleted=state.deleted,
         anchor=state.anchor,
-        next_due=state.next_due(),
+        next_due=state.next_due(live),
         created_at=state.created_at,
         runs_decided=state.runs_decided,
         pending=len(state.pending),

@@ -7,11 +7,15 @@ Servers (see ``docs/testing.md``), configured by environment variables:
 * ``CELERY_DURABLE_TEST_AMQP_URL`` (default ``amqp://guest:guest@127.0.0.1:5672//``)
 * ``CELERY_DURABLE_TEST_MYSQL_URL`` (default ``mysql+pymysql://root@127.0.0.1:3306/test``)
 
-A server is started lazily, the first time a test needs it. If the configured one does not
-answer, a throwaway server is started from a pip-installed wheel (``tests/support/services.py``)
-and stopped at the end of the session (no such wheel exists for RabbitMQ or MariaDB) -- except when
-``CI=true``: CI must provide the real services, so their absence is an error there. A test
-needing a server that can't be had ERRORS (with a message saying why); it is never skipped.
+A server is started lazily, the first time a test needs it. If the configured PostgreSQL or
+Redis does not answer, a throwaway server is started from a pip-installed wheel
+(``tests/support/services.py``) and stopped at the end of the session. No such wheel exists for
+RabbitMQ or MariaDB: a test needing one that does not answer is skipped, and the run ends with one
+line naming each missing service, the tests skipped for it and what enables it
+(``tests/support/missing.py``; Chromium's browser tests are counted there too). With ``CI=true``
+nothing falls back and nothing is skipped: CI must provide every service, so a test needing one
+that can't be had ERRORS (with a message saying why), as does one whose server answers but is
+unusable, anywhere.
 
 Fixtures:
 
@@ -50,7 +54,7 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from tests.support import services  # noqa: E402
+from tests.support import missing, services  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
 
 PG_URL = os.environ.get(
@@ -75,20 +79,25 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: Servers used in this session, reported in the terminal summary.
 _USED_SERVICES: list[services.ServiceHandle] = []
+#: Tests skipped because a service is missing (``tests/support/missing.py``), by service.
+_SKIPPED_FOR: dict[str, set[str]] = {}
 
 
 def _provide(
     ensure: Callable[[], services.ServiceHandle],
 ) -> Iterator[str]:
-    """Run ``ensure``; turn a :class:`services.ServiceError` into a test error (not a skip);
-    yield the URL and stop a throwaway server at the end."""
-    error: str | None = None
+    """Run ``ensure``; turn a :class:`services.ServiceError` into a test error, or a server with
+    no fallback that is not running into a skip outside CI; yield the URL and stop a throwaway
+    server at the end."""
+    failure: services.ServiceError | None = None
     try:
         handle = ensure()
     except services.ServiceError as exc:
-        error = str(exc)
-    if error is not None:  # raised outside the except block: no chained traceback noise
-        pytest.fail(error, pytrace=False)
+        failure = exc
+    if failure is not None:  # raised outside the except block: no chained traceback noise
+        if isinstance(failure, services.ServiceNotRunning):
+            missing.skip_or_fail(failure.service, str(failure))
+        pytest.fail(str(failure), pytrace=False)
     _USED_SERVICES.append(handle)
     try:
         yield handle.url
@@ -181,14 +190,36 @@ def amqp_url(amqp_server_url: str) -> str:
 # ----------------------------------------------------------------------------- reporting
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _USED_SERVICES:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+    """Count a skip for a missing service, and report it at the place that skips (not at the
+    test), so that ``-ra`` lists one line per missing service instead of one per test."""
+    report: pytest.TestReport = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        _path, _line, reason = report.longrepr
+        service = missing.missing_service(reason)
+        if service is not None:
+            _SKIPPED_FOR.setdefault(service, set()).add(report.nodeid)
+            code = missing.skip_or_fail.__code__
+            report.longrepr = (code.co_filename, code.co_firstlineno, reason)
+    return report
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """After pytest's own summary, just before the counts: the servers used, then one line
+    for the services missing here (each with its skipped tests and what enables it)."""
+    yield
+    if not _USED_SERVICES and not _SKIPPED_FOR:
         return
     terminalreporter.section("celery_durable test services")
     for handle in _USED_SERVICES:
         terminalreporter.write_line(
             f"{handle.name}: {services.redact_url(handle.url)} [{handle.origin}]"
         )
+    if _SKIPPED_FOR:
+        counts = {service: len(nodeids) for service, nodeids in _SKIPPED_FOR.items()}
+        terminalreporter.write_line(missing.summary_line(counts))
 
 
 @pytest.fixture

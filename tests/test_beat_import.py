@@ -26,7 +26,7 @@ from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat import DurableScheduler
 from celery_durable.beat_import import REMOVED
 from celery_durable.core.ids import schedule_id_for_name
-from celery_durable.core.rules import BeatEntry, unbind_beat_schedule
+from celery_durable.core.rules import BeatEntry
 from celery_durable.core.schedule_events import SchedulePaused
 from tests.support.clock import T0, FakeClock
 from tests.test_dispatcher import Broker
@@ -94,8 +94,6 @@ def beat(redis_url: str, sqlite_url: str, clock: FakeClock) -> Iterator[Beat]:
     runner = Beat(redis_url, sqlite_url, clock)
     yield runner
     runner.close()
-    for name in ("even", "weekdays", "relative", "cron-list"):
-        unbind_beat_schedule(name)
 
 
 @pytest.fixture
@@ -462,6 +460,18 @@ def test_a_beat_entry_rule_round_trips_as_json_and_is_blind_without_its_object()
     assert rule.to_json()["type"] == "beat-entry"
     assert rule.next_after(T0) is None  # no beat here holds the entry's object
     assert "orphan" in str(rule)
+
+
+def test_only_the_beat_that_imported_an_entry_asks_its_object(beat: Beat, clock: FakeClock) -> None:
+    """B3: the schedule object lives in the beat's runtime, not in a process-wide registry:
+    another client of the same journal in the same process sees no next due time."""
+    beat.start({"even": {"task": "report", "schedule": EvenMinutes(nowfun=clock)}})
+    mine = beat.durable.schedules.state("even")
+    other = Durable(make_app(beat.redis_url, {}), beat.journal_url, clock=clock)
+    theirs = other.schedules.state("even")
+    assert mine is not None and theirs is not None
+    assert mine.next_due is not None and theirs.next_due is None
+    other.close()
 
 
 def test_the_api_does_not_create_beat_entry_rules(beat: Beat) -> None:

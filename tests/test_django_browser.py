@@ -28,7 +28,7 @@ from celery import Celery
 
 from celery_durable import CatchUp, Daily, Durable, Every, Overlap, ScheduledRun, Weekly
 from celery_durable.message import scheduled_message
-from tests.support.services import truthy_env
+from tests.support import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "tests" / "django_project"
@@ -44,15 +44,14 @@ def require_chromium() -> str:
     executable = configured if Path(configured).exists() else shutil.which("chromium")
     if executable is not None:
         return executable
-    reason = f"Chromium is not installed; install it with: {INSTALL}"
-    if truthy_env("CI"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(f"{reason} (under CI this fails)")
+    missing.skip_or_fail(
+        "Chromium", f"Chromium is not at {configured} nor on PATH; install it with: {INSTALL}"
+    )
 
 
 @pytest.fixture
 def chromium() -> str:
-    """Checked before ``site`` starts a server: see :func:`require_chromium`."""
+    """Chromium's path (see :func:`require_chromium`); ``site`` asks for it first."""
     return require_chromium()
 
 
@@ -92,8 +91,15 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float =
 
 
 @pytest.fixture
-def site(tmp_path: Path, pg_url: str) -> Iterator[tuple[str, Durable]]:
-    """The test project served by ``manage.py runserver``; yields its URL and the journal."""
+def site(
+    chromium: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, Durable]]:
+    """The test project served by ``manage.py runserver``; yields its URL and the journal.
+
+    ``pg_url`` is asked for only once Chromium was found: as an argument, its session-scoped
+    server would be set up before any function-scoped fixture, so a machine without Chromium
+    would start a throwaway PostgreSQL for tests that are then skipped."""
+    pg_url = str(request.getfixturevalue("pg_url"))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(PROJECT), str(ROOT)]),

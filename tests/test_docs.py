@@ -34,14 +34,18 @@ from __future__ import annotations
 import configparser
 import contextlib
 import doctest
+import importlib
+import inspect
 import io
 import json
 import os
+import posixpath
 import re
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -134,8 +138,8 @@ def nav_pages() -> set[str]:
 
 
 def test_mkdocs_builds_strict(tmp_path: Path) -> None:
-    """Where MkDocs is installed (it is not a dependency): the site builds without warnings."""
-    pytest.importorskip("mkdocs")
+    """The site builds without warnings (MkDocs comes with the test extra); mkdocs.yml makes a
+    link to a missing anchor a warning, so this fails on one too."""
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
         cwd=REPO_ROOT,
@@ -158,6 +162,157 @@ def test_relative_links_between_pages_resolve() -> None:
             if not (page.parent / target).resolve().exists():
                 broken.append(f"docs/{page.name} -> {target}")
     assert not broken
+
+
+class _Anchors(HTMLParser):
+    """The ``id`` attributes and link targets of one rendered page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        if tag == "a" and found.get("href"):
+            self.hrefs.append(str(found["href"]))
+
+
+def rendered(texts: dict[str, str]) -> dict[str, _Anchors]:
+    """Each page rendered as MkDocs renders it: Python-Markdown with mkdocs.yml's
+    ``markdown_extensions`` (so heading ids are ``toc``'s slugs, de-duplicated with ``_1``, and
+    ``{#id}`` counts wherever ``attr_list`` is on), reduced to its ids and links."""
+    import markdown
+    import yaml
+
+    names: list[str] = []
+    configs: dict[str, dict[str, object]] = {}
+    for entry in yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())["markdown_extensions"]:
+        if isinstance(entry, dict):
+            [(name, options)] = entry.items()
+            configs[name] = options or {}
+        else:
+            name = entry
+        names.append(name)
+    pages = {}
+    for name, text in texts.items():
+        parser = _Anchors()
+        parser.feed(markdown.Markdown(extensions=names, extension_configs=configs).convert(text))
+        pages[name] = parser
+    return pages
+
+
+def broken_anchors(texts: dict[str, str]) -> list[str]:
+    """Links ``page.md#anchor`` (or ``#anchor`` in the page) whose anchor the target lacks."""
+    pages = rendered(texts)
+    broken = []
+    for name, page in pages.items():
+        for href in page.hrefs:
+            target, _, anchor = href.partition("#")
+            if not anchor or "://" in target or target.startswith("mailto:"):
+                continue
+            linked = pages.get(
+                posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+                if target
+                else name
+            )
+            if linked is not None and anchor not in linked.ids:
+                broken.append(f"docs/{name} -> {href}")
+    return broken
+
+
+def test_links_to_a_heading_find_its_anchor() -> None:
+    """``page.md#anchor`` must name a heading id of that page as MkDocs makes it (``toc``'s
+    slugify: ``## `beat_schedule` under `-S durable` `` is ``#beat_schedule-under-s-durable``)."""
+    broken = broken_anchors({p.name: p.read_text() for p in PAGES})
+    assert not broken, f"links to anchors the target page does not have: {broken}"
+
+
+def test_the_anchor_check_knows_toc_slugs() -> None:
+    """The checker's oracle is Python-Markdown itself: a slug it makes passes, a guess fails."""
+    texts = {
+        "a.md": "# Top\n\n## `beat_schedule` under `-S durable`\n\n## Top\n\n[x](#top_1)\n",
+        "b.md": "[ok](a.md#beat_schedule-under-s-durable) [bad](a.md#beat_schedule) [t](a.md#top)",
+    }
+    assert broken_anchors(texts) == ["docs/b.md -> a.md#beat_schedule"]
+
+
+#: "SQLite or PostgreSQL", "SQLite by default, PostgreSQL in production", "on an SQLite and a
+#: PostgreSQL journal" -- a list of the journal's databases that leaves MySQL/MariaDB out.
+TWO_DATABASES = re.compile(
+    r"SQLite(?: by default)?(?:,| or| and)+ (?:an? )?PostgreSQL(?!(?:,| or| and)+ (?:an? )?MySQL)"
+)
+
+
+def test_pages_listing_the_journal_databases_name_mysql_too() -> None:
+    """SQLite, PostgreSQL and MySQL/MariaDB are the journal's databases: no page names two as
+    if they were all (the MySQL how-to may speak of moving from the other two)."""
+    stale = [
+        f"{path.relative_to(REPO_ROOT)}: {match.group(0)!r}"
+        for path in [*PAGES, REPO_ROOT / "README.md"]
+        if path.name != "howto-mysql.md"
+        for match in TWO_DATABASES.finditer(" ".join(path.read_text().split()))
+    ]
+    assert not stale, f"journal databases listed without MySQL/MariaDB: {stale}"
+
+
+#: How a page counts the browser tests: "the three headless-browser tests", "three tests in
+#: headless Chromium", "holds three tests in a real browser".
+BROWSER_COUNT = re.compile(
+    r"\b(one|two|three|four|five|six) (?:headless-browser tests?|tests? in headless Chromium"
+    r"|(?:tests?|checks?) in a real browser|tests of `tests/test_django_browser\.py`)",
+    re.I,
+)
+BROWSER_PAGES = ("README.md", "docs/testing.md", "docs/django.md")
+
+
+def browser_tests() -> int:
+    """How many tests ``tests/test_django_browser.py`` runs in Chromium: those asking for the
+    ``chromium`` fixture, times their parametrisations."""
+    module = importlib.import_module("tests.test_django_browser")
+    count = 0
+    for name, function in vars(module).items():
+        if name.startswith("test_") and "chromium" in inspect.signature(function).parameters:
+            variants = 1
+            for mark in getattr(function, "pytestmark", []):
+                if mark.name == "parametrize":
+                    variants *= len(mark.args[1])
+            count += variants
+    return count
+
+
+def test_the_pages_count_the_browser_tests_right() -> None:
+    """README, testing and Django pages each say how many browser tests there are, correctly."""
+    words = ["zero", "one", "two", "three", "four", "five", "six"]
+    actual = browser_tests()
+    assert actual >= 1
+    counts = {
+        name: [
+            words.index(match.group(1).lower())
+            for match in BROWSER_COUNT.finditer(" ".join((REPO_ROOT / name).read_text().split()))
+        ]
+        for name in BROWSER_PAGES
+    }
+    wrong = {name: found for name, found in counts.items() if not found or set(found) != {actual}}
+    assert not wrong, f"tests/test_django_browser.py has {actual} browser tests; pages say {wrong}"
+
+
+def test_the_pages_say_one_thing_about_a_missing_chromium() -> None:
+    """Without Chromium the browser tests are skipped, and fail only with ``CI`` set: a sentence
+    that has them fail without Chromium must say it is under CI."""
+    contradicting = []
+    for name in BROWSER_PAGES:
+        text = " ".join((REPO_ROOT / name).read_text().split())
+        for sentence in re.split(r"(?<=[.;])\s+", text):
+            if (
+                re.search(r"without chromium|chromium is missing|missing chromium", sentence, re.I)
+                and re.search(r"\bfail", sentence)
+                and "CI" not in sentence
+            ):
+                contradicting.append(f"{name}: {sentence!r}")
+    assert not contradicting, f"a missing Chromium fails only under CI: {contradicting}"
 
 
 #: A rule ID as cited in code, tests and docs (S1, R7, R8a, D8 …); not inside ``%C3%A9``-like

@@ -5,6 +5,9 @@
   those packages cannot be imported at all.
 * The import graph (module-level and type-level imports, read from the source with ``ast``)
   has no cycle, and no module imports one of a higher layer.
+* The core holds no live state: no module of it keeps a context variable, a thread-local, a
+  ``global`` it rebinds, or a module-level container it changes. What a process holds (the
+  clock, a beat's schedule objects) is passed in; memos of pure functions use ``lru_cache``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ LAYERS = [
     ("errors",),
     ("core",),
     ("message", "signals"),
-    ("store", "config"),  # config redacts the journal URL with the store's URL parser
+    ("store", "config", "beat_objects"),  # config redacts the URL with the store's parser
     ("runtime",),
     ("celery_schedules", "dispatch", "worker", "schedules", "control", "health"),
     (
@@ -225,3 +228,107 @@ def test_module_level_imports_have_no_cycle() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+#: Calls that make a container or per-process state at module level.
+_STATEFUL_CALLS = {"dict", "list", "set", "defaultdict", "deque", "OrderedDict", "Counter"}
+_LIVE_CALLS = {"ContextVar", "local", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+_MUTATORS = {
+    "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
+    "setdefault", "add", "discard", "appendleft", "extendleft", "sort", "reverse",
+}  # fmt: skip
+
+
+def live_state(source: str) -> list[str]:
+    """Where a module's source keeps state at module level (see the module docstring)."""
+    tree = ast.parse(source)
+    containers: set[str] = set()
+    found: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        names = [t.id for t in targets if isinstance(t, ast.Name) and t.id != "__all__"]
+        called = value.func if isinstance(value, ast.Call) else None
+        called_name = (
+            called.id
+            if isinstance(called, ast.Name)
+            else called.attr
+            if isinstance(called, ast.Attribute)
+            else None
+        )
+        if called_name in _LIVE_CALLS:
+            found += [f"line {node.lineno}: {n} = {called_name}(...)" for n in names]
+        elif called_name in _STATEFUL_CALLS or isinstance(
+            value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+        ):
+            containers.update(names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.append(f"line {node.lineno}: global {', '.join(node.names)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in containers
+            and node.func.attr in _MUTATORS
+        ):
+            found.append(f"line {node.lineno}: {node.func.value.id}.{node.func.attr}(...)")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Subscript)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id in containers
+                ):
+                    found.append(f"line {node.lineno}: {target.value.id}[...] changed")
+    return found
+
+
+def test_the_core_holds_no_live_state() -> None:
+    found = {
+        name: live_state((PACKAGE.parent / (name.replace(".", "/"))).with_suffix(".py").read_text())
+        if not (PACKAGE.parent / name.replace(".", "/")).is_dir()
+        else live_state((PACKAGE.parent / name.replace(".", "/") / "__init__.py").read_text())
+        for name in core_modules()
+    }
+    assert {name: where for name, where in found.items() if where} == {}
+
+
+def test_the_live_state_check_sees_each_kind() -> None:
+    source = textwrap.dedent(
+        """
+        from contextvars import ContextVar
+        import threading
+        TABLE = {"a": 1}
+        _REGISTRY: dict[str, object] = {}
+        _NOW = ContextVar("now", default=None)
+        _LOCAL = threading.local()
+        _SEEN = set()
+        _COUNT = 0
+
+        def bind(name, obj):
+            _REGISTRY[name] = obj
+
+        def forget(name):
+            _SEEN.discard(name)
+
+        def tick():
+            global _COUNT
+            _COUNT += 1
+
+        def read():
+            return TABLE["a"]
+        """
+    )
+    assert sorted(live_state(source)) == [
+        "line 12: _REGISTRY[...] changed",
+        "line 15: _SEEN.discard(...)",
+        "line 18: global _COUNT",
+        "line 6: _NOW = ContextVar(...)",
+        "line 7: _LOCAL = local(...)",
+    ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery_durable.core.policies import CatchUp
-from celery_durable.core.rules import Rule
+from celery_durable.core.rules import LiveSchedules, Rule
 
 ON_TIME = timedelta(seconds=60)
 """A due time reached at most this late is on time; later it is missed."""
@@ -37,12 +37,16 @@ class Selection:
 
 
 def due_times(
-    rule: Rule, after: datetime, until: datetime, anchor: datetime | None
+    rule: Rule,
+    after: datetime,
+    until: datetime,
+    anchor: datetime | None,
+    live: LiveSchedules | None = None,
 ) -> Iterator[datetime]:
     """The rule's due times in ``(after, until]``, oldest first."""
     moment = after
     while True:
-        due = rule.next_after(moment, anchor=anchor)
+        due = rule.next_after(moment, anchor=anchor, live=live)
         if due is None or due > until:
             return
         yield due
@@ -50,7 +54,12 @@ def due_times(
 
 
 def recent_due_times(
-    rule: Rule, after: datetime, until: datetime, anchor: datetime | None, keep: int
+    rule: Rule,
+    after: datetime,
+    until: datetime,
+    anchor: datetime | None,
+    keep: int,
+    live: LiveSchedules | None = None,
 ) -> Selection:
     """The ``keep`` most recent due times in ``(after, until]`` and what lies before them."""
     window: deque[datetime] = deque(maxlen=keep)
@@ -58,7 +67,7 @@ def recent_due_times(
     last_dropped: datetime | None = None
     steps = 0
     reached = after
-    for due in due_times(rule, after, until, anchor):
+    for due in due_times(rule, after, until, anchor, live):
         if len(window) == keep:
             last_dropped = window[0] if keep else due
             dropped += 1
@@ -78,7 +87,7 @@ def recent_due_times(
         low = until - width
         if low <= reached:
             low = reached
-        found = list(due_times(rule, low, until, anchor))
+        found = list(due_times(rule, low, until, anchor, live))
         if low == reached:
             found = list(window) + found
         if len(found) > keep or low == reached:
@@ -97,34 +106,42 @@ def select(
     anchor: datetime | None,
     policy: CatchUp,
     window: timedelta | None = None,
+    live: LiveSchedules | None = None,
 ) -> Selection:
     """The due times in ``(after, now]`` that ``policy`` runs, oldest first (C1–C3, P3).
 
     ``window`` (``LATEST`` and ``ALL`` only): due times older than ``now - window`` are
     dropped before the policy chooses among the rest; one exactly ``window`` old is kept.
+    ``live`` evaluates :class:`~.rules.BeatEntry` rules (B3).
     """
     if policy is CatchUp.NONE:
         # Due times before the boundary are missed; one exactly ON_TIME late is still on time.
-        return _within(rule, after, now, anchor, now - ON_TIME, ALL_LIMIT)
+        return _within(rule, after, now, anchor, now - ON_TIME, ALL_LIMIT, live)
     keep = 1 if policy is CatchUp.LATEST else ALL_LIMIT
     if window is None:
-        return recent_due_times(rule, after, now, anchor, keep)
-    return _within(rule, after, now, anchor, now - window, keep)
+        return recent_due_times(rule, after, now, anchor, keep, live)
+    return _within(rule, after, now, anchor, now - window, keep, live)
 
 
 def _within(
-    rule: Rule, after: datetime, now: datetime, anchor: datetime | None, oldest: datetime, keep: int
+    rule: Rule,
+    after: datetime,
+    now: datetime,
+    anchor: datetime | None,
+    oldest: datetime,
+    keep: int,
+    live: LiveSchedules | None,
 ) -> Selection:
     """The ``keep`` most recent due times in ``[oldest, now]`` after ``after``; the older
     ones are dropped (counted when few enough to count)."""
     boundary = oldest - timedelta(microseconds=1)
     if boundary <= after:
-        return recent_due_times(rule, after, now, anchor, keep)
-    kept = recent_due_times(rule, boundary, now, anchor, keep)
-    first = rule.next_after(after, anchor=anchor)
+        return recent_due_times(rule, after, now, anchor, keep, live)
+    kept = recent_due_times(rule, boundary, now, anchor, keep, live)
+    first = rule.next_after(after, anchor=anchor, live=live)
     if first is None or first > boundary:
         return kept
-    missed = recent_due_times(rule, after, boundary, anchor, 0)
+    missed = recent_due_times(rule, after, boundary, anchor, 0, live)
     if kept.dropped == 0:
         return Selection(kept.run, missed.dropped, boundary)
     both = None if missed.dropped is None or kept.dropped is None else missed.dropped + kept.dropped

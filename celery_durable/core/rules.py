@@ -16,16 +16,13 @@ zone files.
 from __future__ import annotations
 
 import importlib.resources
-import logging
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, timezone, tzinfo
 from enum import IntEnum
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 from zoneinfo import ZoneInfo
 
 from celery_durable.core import cron, crontab, sun
@@ -45,6 +42,7 @@ __all__ = [
     "Crontab",
     "Daily",
     "Every",
+    "LiveSchedules",
     "Once",
     "Rule",
     "Solar",
@@ -228,12 +226,19 @@ class _Rule:
         for name, value in (*values.items(), ("end_at", end_at), ("max_runs", max_runs)):
             object.__setattr__(self, name, value)
 
-    def next_after(self, after: datetime, *, anchor: datetime | None = None) -> datetime | None:
+    def next_after(
+        self,
+        after: datetime,
+        *,
+        anchor: datetime | None = None,
+        live: LiveSchedules | None = None,
+    ) -> datetime | None:
         """The first due time strictly after ``after`` (aware UTC), or ``None`` (R8a).
 
         ``after`` may carry any UTC offset; naive datetimes raise :class:`InvalidSchedule`.
         A due time equal to ``end_at`` is allowed, a later one is not. ``max_runs`` is not
-        applied here: the schedule counts its runs. Only :class:`Every` uses ``anchor``.
+        applied here: the schedule counts its runs. Only :class:`Every` uses ``anchor``, only
+        :class:`BeatEntry` uses ``live``.
         """
         # The usual caller passes a UTC datetime: skip the general check for it.
         if not (type(after) is datetime and after.tzinfo is UTC) and (
@@ -241,7 +246,7 @@ class _Rule:
         ):
             raise _invalid("next_after.after", f"must be an aware datetime, got {_show(after)}")
         try:
-            due = self._next(after, anchor)
+            due = self._next_live(after, anchor, live)
         except OverflowError:  # past the last representable datetime
             return None
         if due is None or (self.end_at is not None and due > self.end_at):
@@ -250,6 +255,11 @@ class _Rule:
 
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
         raise NotImplementedError
+
+    def _next_live(
+        self, after: datetime, anchor: datetime | None, live: LiveSchedules | None
+    ) -> datetime | None:
+        return self._next(after, anchor)
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: a ``type`` tag, the rule's fields, ``end_at`` and ``max_runs``."""
@@ -706,93 +716,21 @@ class Once(_Rule):
 
 # --- schedule objects of a beat_schedule entry (B3) ------------------------------------------
 
-_LIVE: dict[str, tuple[Any, bool]] = {}
-"""The schedule objects of ``beat_schedule`` entries, by entry name, in the beat process."""
 
-_DECIDING_AT: ContextVar[datetime | None] = ContextVar("deciding_at", default=None)
+class LiveSchedules(Protocol):
+    """The schedule objects of ``beat_schedule`` entries, as a beat process holds them (B3).
 
-LIVE_RETRY = timedelta(seconds=60)
-"""How long an entry whose schedule object raised waits before it is asked again."""
-
-_log = logging.getLogger("celery_durable.beat")
-
-
-def bind_beat_schedule(entry: str, schedule: Any, *, on_grid: bool = False) -> None:
-    """Hold the live schedule object of ``beat_schedule`` entry ``entry`` (beat only).
-
-    A :class:`BeatEntry` rule is evaluated by asking this object; a process that has not
-    bound it (an API client, the CLI) sees no next due time for the schedule. ``on_grid``:
-    the object's ``is_due`` is Celery's own, derived from ``remaining_estimate``, so past
-    due times on that estimate's grid are real due times (catch-up can list them).
+    The core keeps no live objects: whoever holds them (the beat's runtime) passes this in,
+    as it passes the clock. ``next_due`` is ``None`` for an entry it does not hold.
     """
-    _LIVE[entry] = (schedule, on_grid)
 
+    def next_due(self, entry: str, after: datetime) -> datetime | None:
+        """The entry's next due time after its last run at ``after``, asked of its object."""
+        ...
 
-def unbind_beat_schedule(entry: str) -> None:
-    """Forget the live schedule object of ``entry`` (tests; a beat keeps its entries)."""
-    _LIVE.pop(entry, None)
-
-
-@contextmanager
-def deciding_at(now: datetime) -> Iterator[None]:
-    """Evaluate :class:`BeatEntry` rules as of ``now``, the moment a decision is made."""
-    token = _DECIDING_AT.set(now)
-    try:
-        yield
-    finally:
-        _DECIDING_AT.reset(token)
-
-
-def _seconds(value: object) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return float(value)  # type: ignore[arg-type]
-
-
-def _live_next(schedule: Any, after: datetime, on_grid: bool) -> datetime | None:
-    """The next due time of a Celery schedule object whose last run was at ``after``.
-
-    Asked as stock beat asks it: ``is_due(last_run_at)`` decides. When ``is_due`` is
-    Celery's own (``on_grid``), ``remaining_estimate`` places the due time on the object's
-    grid, so a relative interval keeps its hours across restarts and catch-up can list missed
-    ones (B8, C1–C3). Otherwise the due time is the moment of the decision, like stock beat's
-    send. When the object is not due, the next look is at its estimate or after the seconds
-    ``is_due`` asks for.
-    """
-    own_now = schedule.now()
-    if own_now.tzinfo is None:
-        own_now = own_now.replace(tzinfo=UTC)
-    now = (_DECIDING_AT.get() or own_now).astimezone(UTC)
-    if on_grid:
-        # Celery's own classes hold only configuration: a copy whose clock stands still at
-        # `now` answers is_due and remaining_estimate for one instant, so the estimate is
-        # exact (read twice, a moving clock would shift it by the microseconds in between).
-        # (Not copy.copy: Celery's __reduce__ would rebuild the object without its app.)
-        still = object.__new__(type(schedule))
-        still.__dict__.update(vars(schedule), nowfun=lambda: now)
-        schedule = still
-        own_now = now
-    try:
-        zone = schedule.tz
-    except Exception:  # no app bound: Celery treats naive times as UTC
-        zone = UTC
-    last = after.astimezone(zone) if zone is not None else after
-    is_due, wait = schedule.is_due(last)
-    estimate: datetime | None = None
-    try:
-        remaining = schedule.remaining_estimate(last)
-    except NotImplementedError:
-        remaining = None
-    if isinstance(remaining, timedelta):
-        estimate = (own_now + remaining).astimezone(UTC)
-    if is_due:
-        if on_grid and estimate is not None and after < estimate <= now:
-            return estimate
-        if now > after:
-            return now
-    if estimate is not None and estimate > now:
-        return estimate
-    return now + timedelta(seconds=max(_seconds(wait), 1.0))
+    def as_of(self, now: datetime) -> LiveSchedules:
+        """The same objects asked as of ``now``, the moment a decision is made."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -801,9 +739,9 @@ class BeatEntry(_Rule):
 
     For schedule objects no stored rule can express: custom ``BaseSchedule`` subclasses,
     ``schedule`` subclasses with their own ``is_due``/``remaining_estimate``,
-    ``schedule(..., relative=True)``. Only a beat process that has the entry (and bound its
-    object with :func:`bind_beat_schedule`) can evaluate it; anywhere else ``next_after``
-    is ``None``. ``schedule`` is the object's description, kept for reading and so that a
+    ``schedule(..., relative=True)``. Only a beat process that holds the entry's object can
+    evaluate it: ``next_after`` asks the :class:`LiveSchedules` passed as ``live``, and is
+    ``None`` without one. ``schedule`` is the object's description, kept for reading and so that a
     changed object is a changed schedule.
     """
 
@@ -828,15 +766,12 @@ class BeatEntry(_Rule):
         self._set("BeatEntry", end_at, max_runs, entry=entry, schedule=schedule)
 
     def _next(self, after: datetime, anchor: datetime | None) -> datetime | None:
-        live = _LIVE.get(self.entry)
-        if live is None:
-            return None
-        try:
-            return _live_next(live[0], after, live[1])
-        except Exception:
-            # The project's own code failed: this entry waits, the other schedules go on.
-            _log.exception("beat_schedule entry %r: its schedule object failed", self.entry)
-            return (_DECIDING_AT.get() or datetime.now(UTC)) + LIVE_RETRY
+        return None  # only the live object knows (``_next_live``)
+
+    def _next_live(
+        self, after: datetime, anchor: datetime | None, live: LiveSchedules | None
+    ) -> datetime | None:
+        return None if live is None else live.next_due(self.entry, after)
 
     def _json_fields(self) -> dict[str, Any]:
         return {"entry": self.entry, "schedule": self.schedule}
@@ -900,10 +835,6 @@ _FIELDS = {
 }
 
 
-_PARSED: dict[tuple[Any, ...], Rule] = {}
-_PARSED_MAX = 4096
-
-
 def rule_from_json(data: object) -> Rule:
     """Rebuild a rule from its :meth:`to_json` form; ``rule_from_json(r.to_json()) == r``.
 
@@ -912,14 +843,15 @@ def rule_from_json(data: object) -> Rule:
     with the same JSON (loading 10,000 index rows with a few distinct rules parses a few).
     """
     key = _rule_key(data)
-    if key is not None:
-        found = _PARSED.get(key)
-        if found is not None:
-            return found
-    rule = _parse_rule(data)
-    if key is not None and len(_PARSED) < _PARSED_MAX:
-        _PARSED[key] = rule
-    return rule
+    return _parse_rule(data) if key is None else _parsed(key)
+
+
+@lru_cache(maxsize=4096)
+def _parsed(key: tuple[Any, ...]) -> Rule:
+    """The rule of a :func:`_rule_key` (a pure memo: equal JSON, one shared rule)."""
+    return _parse_rule(
+        {name: list(value[1:]) if kind is tuple else value for name, kind, value in key}
+    )
 
 
 def _rule_key(data: object) -> tuple[Any, ...] | None:

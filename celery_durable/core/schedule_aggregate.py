@@ -26,7 +26,7 @@ from celery_durable.core.codec import (
 )
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import Overlap, jitter_offset
-from celery_durable.core.rules import Once, deciding_at
+from celery_durable.core.rules import LiveSchedules, Once
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
@@ -110,17 +110,20 @@ class ScheduleState:
             return tuple(p for p in self.pending if not p.held)
         return self.pending
 
-    def attention(self, waiting: Container[str] = ()) -> datetime | None:
+    def attention(
+        self, waiting: Container[str] = (), live: LiveSchedules | None = None
+    ) -> datetime | None:
         """When the dispatcher must next look: the earliest send time of a sendable run (its
         due time, or its jittered moment: P2), a held run's start deadline (P1), else the
         rule's next due time. Runs whose IDs are in ``waiting`` (a broker retry) are left out.
+        ``live`` evaluates a :class:`~.rules.BeatEntry` rule (B3).
         """
         sendable = [p for p in self.sendable() if p.run_id not in waiting]
         if sendable and all(p.send_at is None for p in sendable):
             return min(p.due for p in sendable)  # due already: before any later due time
         times = [p.send_time for p in sendable]
         times += [p.deadline for p in self.pending if p.held and p.deadline is not None]
-        following = self.next_due()
+        following = self.next_due(live)
         if following is not None:
             times.append(following)
         return min(times, default=None)
@@ -130,8 +133,11 @@ class ScheduleState:
         """Created, not deleted, not paused."""
         return self.content is not None and not self.deleted and not self.paused
 
-    def next_due(self) -> datetime | None:
-        """The next due time the rule gives, or ``None`` while paused, deleted or complete."""
+    def next_due(self, live: LiveSchedules | None = None) -> datetime | None:
+        """The next due time the rule gives, or ``None`` while paused, deleted or complete.
+
+        A :class:`~.rules.BeatEntry` rule has one only where ``live`` holds its object (B3).
+        """
         if not self.active or self._budget_spent():
             return None
         assert self.content is not None  # for type checkers: active implies content
@@ -144,7 +150,7 @@ class ScheduleState:
             return rule.at
         if self.cursor is None:
             return None
-        return rule.next_after(self.cursor, anchor=self.anchor)
+        return rule.next_after(self.cursor, anchor=self.anchor, live=live)
 
     def _budget_spent(self) -> bool:
         assert self.content is not None
@@ -281,9 +287,14 @@ class Delete(Audited):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecideDue:
-    """Decide the due times the rule and the catch-up policy give up to ``now``."""
+    """Decide the due times the rule and the catch-up policy give up to ``now``.
+
+    ``live`` holds the schedule objects a :class:`~.rules.BeatEntry` rule asks (B3); they
+    are asked as of ``now``.
+    """
 
     now: datetime
+    live: LiveSchedules | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -428,7 +439,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
             raise ScheduleNotFound(f"schedule {sid!r} does not exist", schedule_id=sid, rule="A4")
         return [ScheduleDeleted(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, DecideDue):
-        return _decide_due(state, command.now)
+        return _decide_due(state, command.now, command.live)
     if isinstance(command, DecideRun):
         return _decide_run(state, command)
     if isinstance(command, MarkStarted):
@@ -524,14 +535,18 @@ def _decided_or_missed(
     return [decided, RunMissed(at=now, due=due, reason=MISSED_UNSENT)]
 
 
-def _decide_due(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
+def _decide_due(
+    state: ScheduleState, now: datetime, live: LiveSchedules | None
+) -> list[ScheduleEvent]:
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
-    return [*missed, *_decide_new(state, now)]
+    return [*missed, *_decide_new(state, now, live)]
 
 
-def _decide_new(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
+def _decide_new(
+    state: ScheduleState, now: datetime, live: LiveSchedules | None
+) -> list[ScheduleEvent]:
     if not state.active:
         return []
     content = state.content
@@ -548,15 +563,15 @@ def _decide_new(state: ScheduleState, now: datetime) -> list[ScheduleEvent]:
         return _decided_or_missed(state, content, due, now)
     if state.cursor is None:
         return []
-    with deciding_at(now):  # a BeatEntry rule is asked as of the decision's moment (B3)
-        selection = catchup.select(
-            rule,
-            after=state.cursor,
-            now=now,
-            anchor=state.anchor,
-            policy=content.catch_up,
-            window=content.timing.catch_up_window,
-        )
+    selection = catchup.select(
+        rule,
+        after=state.cursor,
+        now=now,
+        anchor=state.anchor,
+        policy=content.catch_up,
+        window=content.timing.catch_up_window,
+        live=None if live is None else live.as_of(now),  # a BeatEntry rule (B3)
+    )
     events: list[ScheduleEvent] = []
     if selection.dropped != 0 and selection.dropped_through is not None:
         events.append(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import (
     Command,
     DecideDue,
@@ -85,7 +86,8 @@ class Dispatcher:
             owner or default_owner(),
             lease_ttl or config.leader_lease,
         )
-        self.index = ScheduleIndex(runtime.journal)
+        self.live = runtime.beat_objects  # BeatEntry rules ask them (B3)
+        self.index = ScheduleIndex(runtime.journal, self.live)
         self.run_lease = config.run_lease
         self.runs = RunStore(runtime.journal)
         self.cache = StateCache(runtime.journal, self.index)
@@ -199,9 +201,9 @@ class Dispatcher:
         publisher = self.publisher
         self._missed += self.recorder.append(
             {
-                sid: [DecideDue(now=now)]
+                sid: [DecideDue(now=now, live=self.live)]
                 for sid in sids
-                if not publisher.task_missing(states[sid], now)
+                if not publisher.task_missing(states[sid], now, self.live)
             }
         )
         _crash_point("after-decide")
@@ -244,11 +246,12 @@ class Dispatcher:
             and state.active
             and not self.publisher.sendable_task(state.content)
         ):
-            nxt = content_rule_next(state, now)
+            nxt = content_rule_next(state, now, self.live)
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)
             return min(nxt, later) if nxt is not None and nxt > now else later
-        following = state.attention(retry_at)  # jittered sends (P2), held deadlines (P1)
+        # jittered sends (P2), held deadlines (P1)
+        following = state.attention(retry_at, self.live)
         candidates = [*waits, *([following] if following is not None else [])]
         return min(candidates) if candidates else None
 
@@ -299,7 +302,9 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def content_rule_next(state: ScheduleState, now: datetime) -> datetime | None:
+def content_rule_next(
+    state: ScheduleState, now: datetime, live: LiveSchedules | None = None
+) -> datetime | None:
     """The rule's first due time after ``now`` (what D4 logs next)."""
     assert state.content is not None
-    return state.content.rule.next_after(now, anchor=state.anchor)
+    return state.content.rule.next_after(now, anchor=state.anchor, live=live)

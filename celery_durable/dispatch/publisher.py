@@ -18,6 +18,7 @@ from kombu.exceptions import EncodeError
 
 from celery_durable.core.catchup import recent_due_times
 from celery_durable.core.codec import time_to_json
+from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
 from celery_durable.core.schedule_events import Content
 from celery_durable.errors import DurableError
@@ -144,14 +145,18 @@ class Publisher:
 
     # Deploy safety --------------------------------------------------------------------------
 
-    def task_missing(self, state: ScheduleState, now: datetime) -> bool:
+    def task_missing(
+        self, state: ScheduleState, now: datetime, live: LiveSchedules | None = None
+    ) -> bool:
         """D4: when the schedule's task is gone, log at each due time and decide nothing."""
         content = state.content
         if content is None or not state.active or self.sendable_task(content):
             return False
-        first = state.next_due()
+        first = state.next_due(live)
         if first is not None and first <= now and state.cursor is not None:
-            latest = recent_due_times(content.rule, state.cursor, now, state.anchor, 1).run
+            latest = recent_due_times(
+                content.rule, state.cursor, now, state.anchor, 1, live and live.as_of(now)
+            ).run
             self.log_missing(
                 state.schedule_id, content.task, latest[-1] if latest else first, now, None
             )

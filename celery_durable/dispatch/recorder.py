@@ -108,7 +108,8 @@ class Recorder:
                     journal.append_in(conn, appends)
                     if rows:
                         now = self.clock()
-                        upsert(conn, [entry_row(state, now) for _, state in decided.values()])
+                        live = cache.index.live
+                        upsert(conn, [entry_row(s, now, live) for _, s in decided.values()])
                     if extra is not None:
                         extra(conn)
             except AppendConflict as exc:

@@ -91,7 +91,7 @@ class StateCache:
             self._heap.clear()
             self._attention.clear()
             for sid, state in self.states.items():
-                self.watch(sid, attention_of(state))
+                self.watch(sid, attention_of(state, self.index.live))
             return
         changed = fold_stored(self.states, events, self.index.snapshots.state)
         self.position = events[-1].position
@@ -99,7 +99,7 @@ class StateCache:
         if changed or self._checkpoint_due(now):
             self.checkpoint(now)
         for sid in changed:
-            self.watch(sid, attention_of(self.states[sid]))
+            self.watch(sid, attention_of(self.states[sid], self.index.live))
 
     def _checkpoint_due(self, now: datetime) -> bool:
         return self._next_checkpoint is None or now >= self._next_checkpoint

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
 from celery_durable.core.journal import StoredEvent
+from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
 from celery_durable.errors import JournalError
 from celery_durable.store.journal.schema import MYSQL_DIALECTS, progress, schedule_index
@@ -48,9 +49,10 @@ class UnreadableEntry(JournalError):
     """An index row this version cannot read (written by a newer version, or damaged)."""
 
 
-def attention_of(state: ScheduleState) -> datetime | None:
-    """When the dispatcher must next look at a schedule (:meth:`ScheduleState.attention`)."""
-    return state.attention()
+def attention_of(state: ScheduleState, live: LiveSchedules | None = None) -> datetime | None:
+    """When the dispatcher must next look at a schedule (:meth:`ScheduleState.attention`);
+    ``live`` evaluates ``BeatEntry`` rules where a beat holds their objects (B3)."""
+    return state.attention(live=live)
 
 
 def stream_schedule_id(stream: str) -> str:
@@ -78,10 +80,15 @@ def fold_stored(
 
 
 class ScheduleIndex:
-    """Reads and writes the index rows and the projection position."""
+    """Reads and writes the index rows and the projection position.
 
-    def __init__(self, journal: SqlJournal) -> None:
+    ``live``: the beat's schedule objects, so that the ``next_due`` column of a ``BeatEntry``
+    schedule is its object's answer (B3); ``None`` outside a beat.
+    """
+
+    def __init__(self, journal: SqlJournal, live: LiveSchedules | None = None) -> None:
         self.journal = journal
+        self.live = live
         self.snapshots = SnapshotStore(journal)
 
     # Reads ------------------------------------------------------------------------------------
@@ -139,7 +146,7 @@ class ScheduleIndex:
 
     def save(self, states: Iterable[ScheduleState], position: int, now: datetime) -> None:
         """Write rows and the read position in one transaction; rows never go back in version."""
-        rows = [entry_row(s, now) for s in states]
+        rows = [entry_row(s, now, self.live) for s in states]
         with self.journal.transaction() as conn:
             if rows:
                 upsert(conn, rows)
@@ -152,7 +159,7 @@ class ScheduleIndex:
         events = self.events_after(0)
         fold_stored(states, events, snapshot_map(self.snapshots.load()))
         position = events[-1].position if events else 0
-        rows = [entry_row(s, now) for s in states.values()]
+        rows = [entry_row(s, now, self.live) for s in states.values()]
         with self.journal.transaction() as conn:
             conn.execute(delete(schedule_index))
             for start in range(0, len(rows), 1000):
@@ -177,13 +184,15 @@ def read_entry(schedule_id: str, text: str) -> ScheduleState:
         ) from exc
 
 
-def entry_row(state: ScheduleState, now: datetime) -> dict[str, Any]:
+def entry_row(
+    state: ScheduleState, now: datetime, live: LiveSchedules | None = None
+) -> dict[str, Any]:
     """The index row of a state."""
     return {
         "schedule_id": state.schedule_id,
         "version": state.version,
         "format": STATE_FORMAT,
-        "next_due": attention_of(state),
+        "next_due": attention_of(state, live),
         "state": dumps(state.to_json()),
         "updated_at": now,
     }

@@ -60,6 +60,16 @@ class ServiceError(RuntimeError):
     """A required server is unavailable and could not be provided."""
 
 
+class ServiceNotRunning(ServiceError):
+    """Nothing answers at the address of a server that has no throwaway fallback (MariaDB/MySQL,
+    RabbitMQ): outside CI the tests needing it are skipped (``tests/support/missing.py``)."""
+
+    def __init__(self, service: str, message: str) -> None:
+        super().__init__(message)
+        #: The service as ``tests/support/missing.py`` names it (``"RabbitMQ"``).
+        self.service = service
+
+
 # --------------------------------------------------------------------------------------------
 # Generic helpers
 # --------------------------------------------------------------------------------------------
@@ -691,11 +701,12 @@ def ensure_amqp(url: str) -> ServiceHandle:
     host = parts.hostname or "localhost"
     port = parts.port or 5672
     if not tcp_answers(host, port, timeout=3):
-        raise ServiceError(
+        raise ServiceNotRunning(
+            "RabbitMQ",
             f"RabbitMQ is not answering at {host}:{port} (configured by "
             f"CELERY_DURABLE_TEST_AMQP_URL={redact_url(url)}). No pip-installable RabbitMQ exists, "
             "so there is no throwaway fallback: start RabbitMQ (`rabbitmq-server -detached` as "
-            "root) or point CELERY_DURABLE_TEST_AMQP_URL at one"
+            "root) or point CELERY_DURABLE_TEST_AMQP_URL at one",
         )
     return ServiceHandle(name="amqp", url=url, origin="configured")
 
@@ -729,12 +740,13 @@ def ensure_mysql(url: str) -> ServiceHandle:
     host = parsed.host or "localhost"
     port = parsed.port or 3306
     if not tcp_answers(host, port, timeout=3):
-        raise ServiceError(
+        raise ServiceNotRunning(
+            "MariaDB/MySQL",
             f"MariaDB/MySQL is not answering at {host}:{port} (configured by "
             f"CELERY_DURABLE_TEST_MYSQL_URL={redact_url(url)}). No pip-installable MariaDB or "
             "MySQL server exists, so there is no throwaway fallback: start one (as root: "
             "`start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`, see "
-            ".ci/run) or point CELERY_DURABLE_TEST_MYSQL_URL at one"
+            ".ci/run) or point CELERY_DURABLE_TEST_MYSQL_URL at one",
         )
     try:
         mysql_connect(url).close()

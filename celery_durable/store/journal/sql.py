@@ -262,7 +262,7 @@ class _TxState:
 
 
 class SqlJournal:
-    """The :class:`~celery_durable.core.journal.Journal` on SQLite or PostgreSQL.
+    """The :class:`~celery_durable.core.journal.Journal` on SQLite, PostgreSQL or MySQL/MariaDB.
 
     Construction only parses the URL and builds the engine; the first call connects, creates
     missing tables and checks the schema version (:class:`JournalError` when the database was
