@@ -178,18 +178,24 @@ def test_an_entry_whose_args_cannot_call_its_task_is_refused(
     ).save()
     with pytest.raises(SchedulingError, match="positional"):
         Scheduler(app, lazy=True).apply_async(entry, advance=False)
-    found, unreadable = source.read_entries(redis_url, "rb-args:")
-    assert not unreadable
-    result = run_import(
-        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from="rb-args:"
-    )
-    [item] = result.items
-    assert item.action == "refused" and item.error is not None
-    assert item.error.startswith(
+    error = refusal(durable, redis_url, "rb-args:")
+    assert error.startswith(
         "redbeat entry 'bad-args': task 'proj.report' cannot be called with the redbeat "
         "entry's args and kwargs: "
-    ), item.error
-    assert not result.applied and durable.schedules.state("bad-args") is None
+    ), error
+    assert durable.schedules.state("bad-args") is None
+
+
+def refusal(durable: Durable, redis_url: str, prefix: str) -> str:
+    """The error of the one entry under ``prefix``, which the import must refuse."""
+    found, unreadable = source.read_entries(redis_url, prefix)
+    assert not unreadable
+    result = run_import(
+        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from=prefix
+    )
+    [item] = result.items
+    assert item.action == "refused" and item.error is not None and not result.applied
+    return item.error
 
 
 def test_args_for_a_durable_task_are_refused_not_dropped(durable: Durable, redis_url: str) -> None:
@@ -203,15 +209,10 @@ def test_args_for_a_durable_task_are_refused_not_dropped(durable: Durable, redis
     RedBeatSchedulerEntry(
         "durable-args", "proj.durable_report", schedule(timedelta(hours=1)), args=[1], app=app
     ).save()
-    found, _ = source.read_entries(redis_url, "rb-durable:")
-    result = run_import(
-        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from="rb-durable:"
-    )
-    [item] = result.items
-    assert item.action == "refused" and item.error is not None
-    assert item.error.startswith(
+    error = refusal(durable, redis_url, "rb-durable:")
+    assert error.startswith(
         "redbeat entry 'durable-args': task 'proj.durable_report' is a durable task"
-    ), item.error
+    ), error
 
 
 cli_app = make_app("redis://127.0.0.1:1/0")  # the tests give --redis-url
