@@ -12,18 +12,22 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from itertools import islice
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
 from celery_durable.core import sun
 from celery_durable.core.audit import HistoryEntry, check_audit, history_of
-from celery_durable.core.catchup import due_times
+from celery_durable.core.backfill import (
+    MAX_BACKFILL,
+    Backfilled,
+    backfill_due_times,
+    why_nothing,
+)
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
-from celery_durable.core.limits import check_instant, check_rule_instants
+from celery_durable.core.limits import check_instant, check_rule_limits
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.core.rules import (
@@ -110,7 +114,13 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     return checked
 
 
-def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
+def check_call(
+    runtime: Runtime,
+    schedule_id: str,
+    content: Content,
+    *,
+    args_from: str = "the schedule's args and kwargs options",
+) -> None:
     """Refuse a schedule whose runs could never call their task (``InvalidSchedule``).
 
     The arguments its messages will carry (built as the dispatcher builds them,
@@ -118,14 +128,22 @@ def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
     plain task ``args``/``kwargs`` options, else the input as its one argument) must fit the
     task's signature, checked the way Celery's ``apply_async`` checks it
     (``task.__header__``). A task known only by name, or with ``typing=False``, is not checked.
+    ``create``/``change`` and both importers (I1, I2) share this one test; ``args_from`` names
+    where the args came from in the message.
+
+    Values a run would never send are refused too, whatever ``typing`` says: ``args`` or
+    ``kwargs`` options for a durable task (its message is the ``ScheduledRun``; the values
+    belong in the input), and an input beside them for a plain task (the message carries the
+    args, so the input would reach no one).
     """
+    is_durable = runtime.is_durable(content.task)
+    check_sent(content, is_durable=is_durable)
     task = runtime.app.tasks.get(content.task)
     if task is None or getattr(task, "typing", True) is False:
         return
     from celery_durable.core.schedule_aggregate import PendingRun
     from celery_durable.message import run_message
 
-    is_durable = runtime.is_durable(content.task)
     pending = PendingRun(
         due=_EPOCH, run_id="", task=content.task, input=content.input, options=content.options
     )
@@ -141,7 +159,7 @@ def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
         if is_durable:
             given = "one argument, the ScheduledRun (schedule, due, input)"
         elif "args" in content.options or "kwargs" in content.options:
-            given, field = "the schedule's args and kwargs options", "options"
+            given, field = args_from, "options"
         elif content.input is None:
             given = "no argument (the schedule has no input)"
         else:
@@ -149,6 +167,27 @@ def check_call(runtime: Runtime, schedule_id: str, content: Content) -> None:
         raise InvalidSchedule(
             f"task {content.task!r} cannot be called with {given}: {exc}", field=field
         ) from None
+
+
+def check_sent(content: Content, *, is_durable: bool) -> None:
+    """Refuse ``args``/``kwargs`` options a run would drop (see :func:`check_call`)."""
+    given = [k for k in ("args", "kwargs") if content.options.get(k) is not None]
+    if not given:
+        return
+    named = " and ".join(repr(k) for k in given)
+    if is_durable:
+        raise InvalidSchedule(
+            f"task {content.task!r} is a durable task: each run is sent one ScheduledRun "
+            f"(schedule, due, input), never the option {named}; put those values in the input",
+            field="options",
+        )
+    if content.input is not None:
+        raise InvalidSchedule(
+            f"task {content.task!r} would be sent the option {named} and never the input: "
+            "a plain task gets either the input as its one argument or args and kwargs; "
+            "give one of them",
+            field="input",
+        )
 
 
 class Schedules:
@@ -257,14 +296,17 @@ class Schedules:
         *,
         by: str | None = None,
         reason: str | None = None,
-    ) -> builtins.list[str]:
+    ) -> Backfilled:
         """Decide every due time of the rule in ``[start, end]`` not decided yet (D9).
 
         Run IDs are the usual ones, so repeating a backfill adds nothing. Only due times the
         rule has already passed are backfilled (up to the schedule's last decision, the moment
         of its last change or resume, and now): later ones are the dispatcher's. Returns the
-        run IDs decided, oldest first. Raises ``InvalidSchedule`` for a bad range or more than
-        ``MAX_BACKFILL`` due times, ``ScheduleConflict`` for an unknown or deleted schedule.
+        run IDs decided, oldest first, as a :class:`Backfilled` list whose ``reason`` says why
+        none was decided (a future range, one before an ``Every`` schedule's first due time,
+        every due time decided already …; ``None`` when some were). Raises
+        ``InvalidSchedule`` for a bad range or more than ``MAX_BACKFILL`` due times,
+        ``ScheduleConflict`` for an unknown or deleted schedule.
         ``by``, ``reason``: O5 (the backfill is one entry of :meth:`history`).
         """
         sid = check_schedule_id(id, stored=True)
@@ -274,17 +316,26 @@ class Schedules:
         if last < first:
             raise InvalidSchedule("backfill end is before its start")
         store = self.store
+        why: builtins.list[str] = []
 
         def commands(now: datetime) -> builtins.list[Command]:
             state = store.load(sid)
             if not state.exists or state.deleted:
                 return [DecideRun(due=now, now=now, reason="backfill")]  # raises the conflict
             assert state.content is not None
+            rule, anchor = state.content.rule, state.anchor
             until = min(last, now, state.cursor or now)
             decided = frozenset(e.due for e in store.events(sid) if isinstance(e, RunDecided))
             # Retention removed the records up to here: those due times stay settled (O1, A6).
             floor = self._runtime.index.snapshots.pruned_through(sid)
-            dues = backfill_due_times(state.content.rule, first, until, state.anchor, MAX_BACKFILL)
+            dues = backfill_due_times(rule, first, until, anchor, MAX_BACKFILL)
+            todo = [d for d in dues if d not in decided and (floor is None or d > floor)]
+            why[:] = [] if todo else [
+                why_nothing(
+                    rule=rule, anchor=anchor, start=first, end=last, now=now, until=until,
+                    found=dues, decided=decided, floor=floor,
+                )
+            ]  # fmt: skip
             return [
                 DecideRun(
                     due=due,
@@ -295,12 +346,12 @@ class Schedules:
                     by=by,
                     note=reason,
                 )
-                for due in dues
-                if due not in decided and (floor is None or due > floor)
+                for due in todo
             ]
 
         events = self._execute(sid, commands)
-        return [e.run_id for e in events if isinstance(e, RunDecided)]
+        run_ids = [e.run_id for e in events if isinstance(e, RunDecided)]
+        return Backfilled(run_ids, reason=None if run_ids else (why or ["nothing to decide"])[0])
 
     # Reads --------------------------------------------------------------------------------
 
@@ -364,7 +415,7 @@ class Schedules:
                 "rule must be a Daily, Weekly, Every, Cron, Crontab, Solar or Once, "
                 f"not {type(rule).__name__}"
             )
-        check_rule_instants(rule)
+        check_rule_limits(rule)
         if isinstance(rule, Solar):
             sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
@@ -461,20 +512,6 @@ class ScheduleStore:
         return events
 
 
-MAX_BACKFILL = 10_000
-"""A backfill deciding more due times than this is refused."""
-
-
-def backfill_due_times(
-    rule: Rule, start: datetime, end: datetime, anchor: datetime | None, limit: int
-) -> list[datetime]:
-    """The rule's due times in ``[start, end]``; ``InvalidSchedule`` past ``limit`` of them."""
-    found = list(islice(due_times(rule, start - timedelta(microseconds=1), end, anchor), limit + 1))
-    if len(found) > limit:
-        raise InvalidSchedule(f"backfill covers more than {limit} due times; split the range")
-    return found
-
-
 def view_of(state: ScheduleState, live: LiveSchedules | None = None) -> ScheduleView:
     """The user-facing view of a schedule state (``live``: a beat's schedule objects, B3)."""
     content = state.content
@@ -537,4 +574,13 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 
 
-__all__ = ["ScheduleStore", "Schedules", "check_options"]
+__all__ = [
+    "MAX_BACKFILL",
+    "Backfilled",
+    "ScheduleStore",
+    "Schedules",
+    "backfill_due_times",
+    "check_call",
+    "check_options",
+    "check_sent",
+]

@@ -255,6 +255,13 @@ def test_add_form_creates_a_schedule(client: Any, durable: Durable) -> None:
         ({"id": "a~b"}, "id", "must not contain"),
         ({"kind": "once", "once_at": "2026-13-01 10:00"}, "once_at", "not a date"),
         ({"max_runs": "0"}, "max_runs", "max_runs"),
+        ({"max_runs": str(10**30)}, "max_runs", "max_runs must be at most 2,147,483,647"),
+        ({"options": '{"args": ["/srv"]}'}, "options", "'shop.backup' is a durable task"),
+        (
+            {"task": "shop.report", "input": '"Ada"', "options": '{"kwargs": {"customer": "B"}}'},
+            "input",
+            "never the input",
+        ),
         ({"start_deadline": "soon"}, "start_deadline", "not a duration"),
         ({"start_deadline": "5s", "jitter": "5s"}, "jitter", "must be shorter than"),
         ({"catch_up": "none", "catch_up_window": "1h"}, "catch_up_window", "CatchUp.NONE"),

@@ -61,10 +61,15 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def bad_rows(tmp_path_factory: pytest.TempPathFactory) -> str:
+def bad_rows_and_sends(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
     path = tmp_path_factory.mktemp("dcb-bad") / "beat.db"
-    make_rows(path, bad=True)
-    return f"sqlite:///{path}.rows"
+    sends = make_rows(path, bad=True)
+    return f"sqlite:///{path}.rows", sends
+
+
+@pytest.fixture(scope="module")
+def bad_rows(bad_rows_and_sends: tuple[str, dict[str, str]]) -> str:
+    return bad_rows_and_sends[0]
 
 
 def make_app() -> Celery:
@@ -73,6 +78,10 @@ def make_app() -> Celery:
 
     @app.task(name="proj.work", shared=False)
     def work(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - messages are compared
+        return None
+
+    @app.task(name="proj.report", shared=False)
+    def report(customer: Any) -> None:  # pragma: no cover - not run
         return None
 
     return app
@@ -300,16 +309,57 @@ def _sql(path: str, statement: str) -> None:
         conn.execute(statement)
 
 
+BAD = {"half-second", "bad-cron", "bad-args"}
+
+
 def test_bad_rows_all_or_nothing(durable: Durable, bad_rows: str) -> None:
     result = import_rows(durable, bad_rows)
     refused = {i.name: i.error for i in result.refused}
-    assert set(refused) == {"half-second", "bad-cron"}
+    assert set(refused) == BAD
     assert "R3" in refused["half-second"] and "1 second" in refused["half-second"]
     assert "61" in refused["bad-cron"]
     assert durable.schedules.list() == []  # nothing half-stored
     skipped = import_rows(durable, bad_rows, skip_invalid=True)
-    assert len(durable.schedules.list()) == len(skipped.items) - 2
-    assert not any(v.id in ("half-second", "bad-cron") for v in durable.schedules.list())
+    assert len(durable.schedules.list()) == len(skipped.items) - len(BAD)
+    assert not any(v.id in BAD for v in durable.schedules.list())
+
+
+def test_a_row_whose_args_cannot_call_its_task_is_refused_as_create_refuses_it(
+    durable: Durable,
+    bad_rows_and_sends: tuple[str, dict[str, str]],
+    sqlite_url: str,
+    monkeypatch: Any,
+) -> None:
+    """``def report(customer)`` with ``args='[1,2,3,4]'``: the peer's beat fails every send of
+    the row (Celery checks the call); the import refuses it with the test ``schedules create``
+    uses (I1), in the report, the dry run and the CLI, and stores it only never."""
+    from celery_durable import Every, InvalidSchedule
+
+    url, sends = bad_rows_and_sends
+    assert sends["bad-args"].startswith("SchedulingError: "), sends
+    assert "TypeError" in sends["bad-args"] or "positional" in sends["bad-args"], sends
+    with pytest.raises(InvalidSchedule) as created:
+        durable.schedules.create(
+            "by-hand", "proj.report", None, Every(timedelta(hours=1)), args=[1, 2, 3, 4]
+        )
+    why = str(created.value).split(": ", 1)[1]  # the signature's own words
+    dry = import_rows(durable, url, dry_run=True)
+    error = {i.name: i.error for i in dry.refused}.get("bad-args")
+    assert error == (
+        "django-celery-beat entry 'bad-args': task 'proj.report' cannot be called with "
+        f"the django-celery-beat entry's args and kwargs: {why}"
+    ), error
+    import_rows(durable, url, skip_invalid=True)
+    assert durable.schedules.state("bad-args") is None
+    monkeypatch.setenv("CELERY_DURABLE_URL", sqlite_url)
+    app_module = "tests.test_import_django_beat:args_cli_app"  # its own journal URL
+    shown = CliRunner().invoke(
+        main,
+        ["-A", app_module, "import", "django-celery-beat", "--database-url", url, "--dry-run"],
+    )
+    assert shown.exit_code == 2, shown.output
+    line = next(row for row in shown.output.splitlines() if row.startswith("bad-args"))
+    assert "refused" in line and "cannot be called with" in line, line
 
 
 def test_the_cli_dry_run_table_and_json(
@@ -341,6 +391,7 @@ def test_the_cli_dry_run_table_and_json(
 
 
 cli_app = make_app()
+args_cli_app = make_app()
 
 
 def test_the_management_command_inside_a_django_project(tmp_path: Path) -> None:
@@ -439,7 +490,7 @@ def test_the_url_reader_reads_the_same_rows_from_every_database(
     assert refused.keys() == refused_here.keys() == {"bad-cron"}
     by_name = sorted(theirs, key=lambda e: e.name), sorted(ours, key=lambda e: e.name)
     assert [_comparable(e) for e in by_name[0]] == [_comparable(e) for e in by_name[1]]
-    assert len(theirs) == 14
+    assert len(theirs) == 15
 
 
 def make_rows_at(url: str) -> None:

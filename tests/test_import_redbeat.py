@@ -41,6 +41,10 @@ def make_app(redis_url: str, prefix: str = "redbeat:") -> Celery:
     def work(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - not run
         return None
 
+    @app.task(name="proj.report", shared=False)
+    def report(customer: Any) -> None:  # pragma: no cover - not run
+        return None
+
     return app
 
 
@@ -159,6 +163,56 @@ def test_the_cli_imports_redbeat(
     assert done.exit_code == 0, done.output
     assert '"create": 6' in done.output and '"refused": 1' in done.output
     assert '"skip": 1' in done.output  # "static" comes from beat_schedule: -S durable has it
+
+
+def test_an_entry_whose_args_cannot_call_its_task_is_refused(
+    durable: Durable, redis_url: str
+) -> None:
+    """RedBeat's beat fails every send of ``report(customer)`` with four args (Celery checks
+    the call); the import refuses the entry with the test ``schedules create`` uses (I2)."""
+    from celery.beat import Scheduler, SchedulingError
+
+    app = make_app(redis_url, prefix="rb-args:")
+    entry = RedBeatSchedulerEntry(
+        "bad-args", "proj.report", schedule(timedelta(hours=1)), args=[1, 2, 3, 4], app=app
+    ).save()
+    with pytest.raises(SchedulingError, match="positional"):
+        Scheduler(app, lazy=True).apply_async(entry, advance=False)
+    error = refusal(durable, redis_url, "rb-args:")
+    assert error.startswith(
+        "redbeat entry 'bad-args': task 'proj.report' cannot be called with the redbeat "
+        "entry's args and kwargs: "
+    ), error
+    assert durable.schedules.state("bad-args") is None
+
+
+def refusal(durable: Durable, redis_url: str, prefix: str) -> str:
+    """The error of the one entry under ``prefix``, which the import must refuse."""
+    found, unreadable = source.read_entries(redis_url, prefix)
+    assert not unreadable
+    result = run_import(
+        durable.runtime, durable.schedules, found, source=source.SOURCE, where_from=prefix
+    )
+    [item] = result.items
+    assert item.action == "refused" and item.error is not None and not result.applied
+    return item.error
+
+
+def test_args_for_a_durable_task_are_refused_not_dropped(durable: Durable, redis_url: str) -> None:
+    """A durable task is sent its ScheduledRun only: an entry's args would never reach it."""
+
+    @durable.task(name="proj.durable_report", shared=False)
+    def durable_report(run: Any) -> None:  # pragma: no cover - not run
+        return None
+
+    app = make_app(redis_url, prefix="rb-durable:")
+    RedBeatSchedulerEntry(
+        "durable-args", "proj.durable_report", schedule(timedelta(hours=1)), args=[1], app=app
+    ).save()
+    error = refusal(durable, redis_url, "rb-durable:")
+    assert error.startswith(
+        "redbeat entry 'durable-args': task 'proj.durable_report' is a durable task"
+    ), error
 
 
 cli_app = make_app("redis://127.0.0.1:1/0")  # the tests give --redis-url

@@ -63,7 +63,7 @@ def durable(sqlite_url: str) -> Iterator[Durable]:
     [
         ("backup", None, {}, "missing 1 required positional argument: 'folder'"),
         ("backup", None, {"kwargs": {"path": "/srv"}}, "unexpected keyword argument 'path'"),
-        ("backup", "/srv", {"args": ["/a", "/b"]}, "takes 1 positional argument but 2 were"),
+        ("backup", None, {"args": ["/a", "/b"]}, "takes 1 positional argument but 2 were"),
         ("bound", None, {}, "missing 1 required positional argument: 'customer'"),
         ("bound", None, {"kwargs": {"amount": 3}}, "missing 1 required positional argument"),
         ("report", None, {}, "missing a required argument: 'day'"),
@@ -124,3 +124,76 @@ def test_cron_schedule_of_the_issue(durable: Durable) -> None:
     """The report: ``create … --cron "*/5 * * * *"`` for ``backup(folder)``."""
     with pytest.raises(InvalidSchedule, match="'folder'"):
         durable.schedules.create("b", "backup", None, Cron("*/5 * * * *", "UTC"))
+
+
+# -- values a run would never send are refused, not dropped -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options", [{"args": ["/srv"]}, {"kwargs": {"folder": "/srv"}}, {"args": [], "kwargs": {}}]
+)
+def test_args_or_kwargs_for_a_durable_task_are_refused(
+    durable: Durable, options: dict[str, Any]
+) -> None:
+    """A durable task is sent the ScheduledRun only: its args/kwargs options were dropped."""
+    with pytest.raises(InvalidSchedule) as info:
+        durable.schedules.create("s", "job", None, EVERY, **options)
+    message = str(info.value)
+    assert message.startswith("task 'job' is a durable task: each run is sent one ScheduledRun")
+    assert "put those values in the input" in message and info.value.field == "options"
+    assert durable.schedules.state("s") is None
+    durable.schedules.create("s", "job", "/srv", EVERY)
+    with pytest.raises(InvalidSchedule, match="is a durable task"):
+        durable.schedules.change("s", "job", "/srv", EVERY, **options)
+
+
+def test_an_input_beside_args_or_kwargs_for_a_plain_task_is_refused(durable: Durable) -> None:
+    """The message carries the args: the input would reach no one."""
+    for options in ({"args": ["/a"]}, {"kwargs": {"folder": "/a"}}):
+        with pytest.raises(InvalidSchedule) as info:
+            durable.schedules.create("s", "backup", "/srv", EVERY, **options)
+        assert "never the input" in str(info.value) and info.value.field == "input"
+    # also where Celery would not check the call (typing=False): the input is dropped alike
+    with pytest.raises(InvalidSchedule, match="never the input"):
+        durable.schedules.create("s", "untyped", "/srv", EVERY, args=["/a"])
+    assert durable.schedules.state("s") is None
+
+
+def test_max_runs_is_bounded(durable: Durable) -> None:
+    """R6: ``max_runs=10**30`` was accepted; the bound is MAX_RUNS = 2**31 - 1."""
+    from celery_durable.core.limits import MAX_RUNS
+
+    assert MAX_RUNS == 2**31 - 1
+    for too_many in (MAX_RUNS + 1, 10**30):
+        with pytest.raises(InvalidSchedule) as info:
+            durable.schedules.create(
+                "s", "backup", "/srv", Every(timedelta(minutes=5), max_runs=too_many)
+            )
+        assert str(info.value).startswith("max_runs must be at most 2,147,483,647 (MAX_RUNS")
+        assert info.value.field == "Every.max_runs"
+    durable.schedules.create("s", "backup", "/srv", Every(timedelta(minutes=5), max_runs=MAX_RUNS))
+    view = durable.schedules.state("s")
+    assert view is not None and view.rule.max_runs == MAX_RUNS
+
+
+def test_the_cli_refuses_dropped_options_and_unbounded_max_runs(sqlite_url: str) -> None:
+    every = ("--every", "1h")
+    line = fails(sqlite_url, 2, "schedules", "create", "d", "cli.invoice", *every, "--args", "[1]")
+    assert "task 'cli.invoice' is a durable task" in line, line
+    line = fails(
+        sqlite_url, 2, "schedules", "create", "p", "cli.backup", *every,
+        "--input", '"/srv"', "--kwargs", '{"folder": "/a"}',
+    )  # fmt: skip
+    assert "never the input" in line, line
+    line = fails(
+        sqlite_url, 2, "schedules", "create", "m", "cli.backup", *every,
+        "--max-runs", str(10**30),
+    )  # fmt: skip
+    assert "max_runs must be at most 2,147,483,647" in line, line
+    # change: an input given to a plain task that has args, and args given to a durable one
+    ok(sqlite_url, "schedules", "create", "p", "cli.backup", *every, "--args", '["/a"]')
+    line = fails(sqlite_url, 2, "schedules", "change", "p", "--input", '"/srv"')
+    assert "never the input" in line, line
+    ok(sqlite_url, "schedules", "create", "d", "cli.invoice", *every, "--input", '"x"')
+    line = fails(sqlite_url, 2, "schedules", "change", "d", "--kwargs", '{"a": 1}')
+    assert "is a durable task" in line, line

@@ -88,7 +88,7 @@ def _store_out_of_range(d: Durable, monkeypatch: pytest.MonkeyPatch, sid: str, t
     import celery_durable.schedules as schedules
 
     with monkeypatch.context() as patch:
-        patch.setattr(schedules, "check_rule_instants", lambda rule: None, raising=False)
+        patch.setattr(schedules, "check_rule_limits", lambda rule: None, raising=False)
         d.schedules.create(sid, task, "/srv", Once(FAR))
 
 

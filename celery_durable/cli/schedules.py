@@ -467,7 +467,8 @@ def trigger(schedule_id: str, reason: str | None) -> None:
 def backfill(schedule_id: str, start: str, end: str, zone: str | None, reason: str | None) -> None:
     """Decide every due time of SCHEDULE_ID in [--start, --end] not decided yet.
 
-    Run IDs are the usual ones, so repeating a backfill adds nothing. Prints the run IDs.
+    Run IDs are the usual ones, so repeating a backfill adds nothing. Prints the run IDs, and
+    when there are none, why.
     """
     current = session()
     require(schedule_id)
@@ -475,11 +476,19 @@ def backfill(schedule_id: str, start: str, end: str, zone: str | None, reason: s
     last = parse.instant(end, "--end", zone)
     run_ids = current.durable.schedules.backfill(schedule_id, first, last, **audit(reason))
     if current.json:
-        emit_json({"action": "backfill", "schedule_id": schedule_id, "run_ids": run_ids})
+        emit_json(
+            {
+                "action": "backfill",
+                "schedule_id": schedule_id,
+                "run_ids": list(run_ids),
+                "reason": run_ids.reason,
+            }
+        )
         return
     for run_id in run_ids:
         echo(run_id)
-    echo(f"{len(run_ids)} run(s) decided", err=True)
+    why = f": {run_ids.reason}" if run_ids.reason else ""
+    echo(f"{len(run_ids)} run(s) decided{why}", err=True)
 
 
 schedules.add_command(history)

@@ -26,6 +26,11 @@ It stays a thousand years short of ``datetime.max`` so that every computation on
 instant (the next due time, a local time in any zone) stays representable."""
 MAX_INTERVAL = timedelta(days=366)
 """The longest ``Every`` interval (R3)."""
+MAX_RUNS = 2**31 - 1
+"""The largest ``max_runs`` (R6): 2,147,483,647, a count no schedule reaches (68 years of a
+run every second) that fits a signed 32-bit integer wherever the number travels (SQL
+``INTEGER``, the admin's number field, other languages reading the rule JSON). A larger one
+is a typing mistake or "no limit" written as a number: leave ``max_runs`` out for that."""
 MAX_INT_DIGITS = 4300
 """Longest integer in JSON text (Python's default ``sys.get_int_max_str_digits()``)."""
 MAX_SHOWN = 40
@@ -58,11 +63,12 @@ def check_instant(moment: datetime, what: str, *, field: str | None = None) -> d
     return moment
 
 
-def check_rule_instants(rule: Any) -> None:
-    """Refuse a rule whose ``at`` (``Once``) or ``end_at`` lies outside the accepted range.
+def check_rule_limits(rule: Any) -> None:
+    """Refuse a rule whose ``at`` (``Once``) or ``end_at`` lies outside the accepted range, or
+    whose ``max_runs`` exceeds :data:`MAX_RUNS`.
 
     Checked when a schedule is created or changed, not when a stored rule is read: a journal
-    written before the range existed still loads (and displays, see :func:`to_zone`).
+    written before the limits existed still loads (and displays, see :func:`to_zone`).
     """
     owner = type(rule).__name__
     at = getattr(rule, "at", None)
@@ -71,6 +77,20 @@ def check_rule_instants(rule: Any) -> None:
     end_at = getattr(rule, "end_at", None)
     if isinstance(end_at, datetime):
         check_instant(end_at, "end_at", field=f"{owner}.end_at")
+    max_runs = getattr(rule, "max_runs", None)
+    if isinstance(max_runs, int) and max_runs > MAX_RUNS:
+        try:
+            text = str(max_runs)
+        except ValueError:  # longer than MAX_INT_DIGITS
+            text = f"a number of more than {MAX_INT_DIGITS} digits"
+        if len(text) > MAX_SHOWN:
+            text = text[: MAX_SHOWN - 1] + "…"
+        raise InvalidSchedule(
+            f"max_runs must be at most {MAX_RUNS:,} (MAX_RUNS, 2**31 - 1), got {text}; "
+            "for no limit leave max_runs out",
+            field=f"{owner}.max_runs",
+            rule="R6",
+        )
 
 
 def to_zone(moment: datetime, zone: tzinfo) -> datetime | None:

@@ -208,6 +208,14 @@ def translate(
     content = schedules.check(
         sid, entry.task, None, rule, CatchUp.LATEST, dict(options), from_beat=True
     )
+    # Unlike a beat_schedule entry (B1), an imported row is checked as `schedules create`
+    # checks: args the task cannot take would fail every run (the peer fails each send too).
+    from celery_durable.schedules import check_call
+
+    try:
+        check_call(runtime, sid, content, args_from=f"the {source} entry's args and kwargs")
+    except InvalidSchedule as exc:
+        raise InvalidSchedule(f"{where}: {exc}", field=getattr(exc, "field", None)) from None
     if end_at is not None and end_at < now:
         item.action = SKIP
         item.notes.append("expired: nothing left to run")

@@ -7,7 +7,8 @@ It creates django-celery-beat's tables with its own migrations in the SQLite fil
 ``DB_PATH``, saves the rows through its models, then asks django-celery-beat's
 ``ModelEntry`` (only its clock replaced by a simulated one) when it would send each row over
 ``DAYS`` days from ``BASE``, and with which options. Prints JSON:
-``{name: {"due": [iso…], "options": {…}}}``. With ``manage``, the project also has
+``{name: {"due": [iso…], "options": {…}}}``; with ``bad``, what the peer's beat does when it
+sends each ``proj.report`` row (:func:`peer_sends`). With ``manage``, the project also has
 celery_durable's Django integration and runs ``durable_import_beat`` (prints its outputs).
 """
 
@@ -84,6 +85,10 @@ def _project_app() -> object:
 
     @project.task(name="proj.work", shared=False)
     def work(*args: object, **kwargs: object) -> None:  # pragma: no cover - not run
+        return None
+
+    @project.task(name="proj.report", shared=False)
+    def report(customer: object) -> None:  # pragma: no cover - not run
         return None
 
     return project
@@ -189,10 +194,12 @@ def make_rows(base: datetime, bad: bool) -> None:
         rows += [
             dict(name="half-second", interval=every(500000, "microseconds")),
             dict(name="bad-cron", crontab=cron("61 * * * *", "UTC")),
+            # def report(customer): four args can never call it (the peer fails each send)
+            dict(name="bad-args", task="proj.report", interval=every(1, "hours"), args="[1,2,3,4]"),
         ]
     for row in rows:
         last = row.pop("last_run_at", None)
-        task = PeriodicTask.objects.create(task="proj.work", **row)
+        task = PeriodicTask.objects.create(**{"task": "proj.work", **row})
         # date_changed is set on save (auto_now): the rows were last changed an hour ago.
         PeriodicTask.objects.filter(pk=task.pk).update(
             last_run_at=last, date_changed=base - timedelta(hours=1)
@@ -289,6 +296,25 @@ def oracle(base: datetime, days: float) -> dict[str, object]:
     return found
 
 
+def peer_sends() -> dict[str, str]:
+    """What django-celery-beat's beat does when each row is due: Celery's own
+    ``Scheduler.apply_async`` with the peer's ``ModelEntry`` ("sent", or the error it logs)."""
+    from celery.beat import Scheduler
+    from django_celery_beat.models import PeriodicTask
+    from django_celery_beat.schedulers import ModelEntry
+
+    project = _project_app()
+    beat = Scheduler(project, lazy=True)
+    found: dict[str, str] = {}
+    for model in PeriodicTask.objects.filter(task="proj.report"):
+        try:
+            beat.apply_async(ModelEntry(model, app=project), advance=False)
+            found[model.name] = "sent"
+        except Exception as exc:
+            found[model.name] = f"{type(exc).__name__}: {exc}"
+    return found
+
+
 def main() -> None:
     db_path, base_text, days = sys.argv[1], sys.argv[2], float(sys.argv[3])
     bad = len(sys.argv) > 4 and sys.argv[4] == "bad"
@@ -309,7 +335,7 @@ def main() -> None:
     if "://" not in db_path:
         shutil.copy(db_path, db_path + ".rows")
     if bad:
-        print("{}")
+        print(json.dumps(peer_sends()))
         return
     print(json.dumps(oracle(base, days), default=str))
 

@@ -192,7 +192,9 @@ class ScheduleForm(forms.Form):
         widget=forms.TextInput(attrs={"size": 25}),
     )
     max_runs = forms.IntegerField(
-        label="Max runs", required=False, help_text="Optional: complete after this many runs."
+        label="Max runs",
+        required=False,
+        help_text=f"Optional: complete after this many runs (1 to {limits.MAX_RUNS:,}).",
     )
     input = forms.CharField(
         label="Input (JSON)",
@@ -232,8 +234,9 @@ class ScheduleForm(forms.Form):
         label="Celery options (JSON)",
         required=False,
         initial="{}",
-        help_text='Optional: {"queue": "…", "priority": 5, "expires": 60, "args": [], '
-        '"kwargs": {}, …}',
+        help_text='Optional: {"queue": "…", "priority": 5, "expires": 60, …}; a plain task '
+        'without input also takes "args": […] and "kwargs": {…} (a durable task gets its '
+        "input only).",
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"}),
     )
     reason = forms.CharField(
