@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 
 from celery_durable import Durable
-from tests.support.processes import python_command, running_process, wait_for
+from tests.support.processes import child_env, python_command, run_child, running_process, wait_for
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -64,3 +64,40 @@ def test_beat_started_without_its_journal_waits_and_starts_when_it_comes(
     finally:
         client.close()
         proxy.cut()
+
+
+BAD_URLS = {
+    "unsupported": (
+        "postgresq://app:s3cret@db.example/prod\x1b[2J",
+        "unsupported journal database",
+    ),
+    "garbage": ("not a url at all s3cret", "cannot be parsed"),
+    "memory": ("sqlite://", "a memory database cannot be shared"),
+}
+
+
+@pytest.mark.parametrize(("url", "wrong"), BAD_URLS.values(), ids=BAD_URLS)
+def test_beat_refuses_a_journal_url_it_cannot_use(tmp_path: Path, url: str, wrong: str) -> None:
+    """A malformed or unsupported ``durable_url`` will not heal by waiting: beat stops at once
+    with one ERROR line naming the setting and the fault, exit 1, no traceback, the password
+    masked and no raw control character (D1; docs/dispatcher.md)."""
+    (tmp_path / "badbeat.py").write_text(
+        "from celery import Celery\n\n"
+        'app = Celery("badbeat", broker="memory://")\n'
+        f"app.conf.durable_url = {url!r}\n"
+    )
+    env = child_env({"PYTHONPATH": str(tmp_path)})
+    env.pop("CELERY_DURABLE_URL", None)
+    cmd = python_command(
+        "-m", "celery", "-A", "badbeat", "beat", "-S", "durable",
+        "--schedule", str(tmp_path / "unused-beat-schedule"),
+    )  # fmt: skip
+    beat = run_child(cmd, cwd=tmp_path, env=env, timeout=60)
+    output = beat.stdout + beat.stderr
+    assert beat.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "ERROR" in line or "CRITICAL" in line]
+    assert len(errors) == 1, output[-3000:]
+    assert "durable scheduler cannot start: durable_url: " in errors[0]
+    assert wrong in errors[0]
+    assert "s3cret" not in output and "\x1b" not in output

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from celery_durable.core import limits
+from celery_durable.core.ids import printable
 
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
@@ -86,21 +87,6 @@ def shown(text: object) -> str:
     if len(value) <= SHOWN_ID_LENGTH:
         return repr(value)
     return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
-
-
-def printable(text: str, *, keep: str = "") -> str:
-    """``text`` with every control and format character (Unicode Cc, Cf) written as an escape.
-
-    Stored data reaches the terminal only through this: an ESC sequence in a schedule's input
-    cannot recolour or clear the screen, a U+202E cannot reverse a line. ``keep`` lists
-    characters left as they are (the newlines between lines of output).
-    """
-    if text.isprintable():  # the common case costs one C-level scan
-        return text
-    return "".join(
-        repr(c)[1:-1] if c not in keep and unicodedata.category(c) in ("Cc", "Cf") else c
-        for c in text
-    )
 
 
 def echo(text: str = "", *, err: bool = False) -> None:
