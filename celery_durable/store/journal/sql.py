@@ -738,10 +738,22 @@ class SqlJournal:
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
+        """A connection for one read; a server that is away raises :class:`JournalUnavailable`.
+
+        Reads fail the same way before and after the first use (``ensure_ready`` already
+        raises it), so a web view can answer "try again later" by catching one exception
+        (docs/flask.md). Writes keep the driver's error: their callers retry or translate it.
+        """
         self.ensure_ready()
-        # On SQLite each read is one SELECT in autocommit mode: a statement is its own snapshot.
-        with self._core.connect() as conn:
-            yield conn
+        try:
+            # On SQLite each read is one SELECT in autocommit mode: a statement is its own
+            # snapshot.
+            with self._core.connect() as conn:
+                yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise JournalUnavailable(
+                f"cannot read the journal at {self.url}: {_one_line(exc.orig)}"
+            ) from exc
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
