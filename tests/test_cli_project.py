@@ -276,3 +276,13 @@ def test_commands_that_write_create_the_journal(tmp_path: Path) -> None:
     )
     assert initialised.returncode == 0, initialised.stderr
     assert second.exists()
+
+
+def test_the_missing_path_is_shown_safely(tmp_path: Path) -> None:
+    """The path of a missing journal is echoed with its control characters escaped (docs/cli.md,
+    "Output is safe for a terminal")."""
+    typo = tmp_path / "x\x1b[2Jy" / "journal.db"
+    result = celery(tmp_path, "durable", "--url", f"sqlite:///{typo}", "schedules", "list", env={})
+    assert result.returncode == 1, result.stderr
+    assert "\x1b" not in result.stderr and "x\\x1b[2Jy" in result.stderr
+    assert not typo.parent.exists()

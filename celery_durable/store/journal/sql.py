@@ -738,18 +738,23 @@ class SqlJournal:
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
-        """A connection for one read; a server that is away raises :class:`JournalUnavailable`.
-
-        Reads fail the same way before and after the first use (``ensure_ready`` already
-        raises it), so a web view can answer "try again later" by catching one exception
-        (docs/flask.md). Writes keep the driver's error: their callers retry or translate it.
-        """
         self.ensure_ready()
+        # On SQLite each read is one SELECT in autocommit mode: a statement is its own snapshot.
+        with self._core.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def unavailable_when_away(self) -> Iterator[None]:
+        """Inside, a refused or lost connection raises :class:`JournalUnavailable` (one line,
+        password masked) instead of the driver's error.
+
+        The first use of a journal already fails that way (:meth:`ensure_ready`); the public
+        reads of run state use this so that they fail the same way after it, and a web view
+        can answer "try again later" by catching one exception (docs/flask.md). The library's
+        own loops keep the driver's error: they retry or translate it themselves.
+        """
         try:
-            # On SQLite each read is one SELECT in autocommit mode: a statement is its own
-            # snapshot.
-            with self._core.connect() as conn:
-                yield conn
+            yield
         except (OperationalError, InterfaceError) as exc:
             raise JournalUnavailable(
                 f"cannot read the journal at {self.url}: {_one_line(exc.orig)}"
