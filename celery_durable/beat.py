@@ -15,9 +15,10 @@ from celery.beat import Scheduler
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from celery_durable.beat_import import default_entries, import_beat_schedule, import_entries
-from celery_durable.config import DurableConfig
+from celery_durable.config import ConfigError, journal_url, url_setting
+from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
-from celery_durable.errors import DurableError, JournalUnavailable
+from celery_durable.errors import DurableError, JournalError, JournalUnavailable
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
 from celery_durable.store.journal.urls import redact
@@ -48,10 +49,35 @@ class DurableScheduler(Scheduler):
         """
         self._runtime = Runtime.for_app(self.app)
         self.data: dict[str, Any] = {}
+        self._check_settings(self._runtime)
         try:
             self._setup()
         except (JournalUnavailable, OperationalError, InterfaceError) as exc:
             self._journal_down(exc, " at start-up")
+
+    def _check_settings(self, runtime: Runtime) -> None:
+        """Stop beat (exit 1) with one ERROR line when a setting cannot open any journal.
+
+        A malformed or unsupported URL, a missing driver or a refused ``durable_*`` value will
+        not heal by waiting, unlike an unreachable server: retrying it would hide the mistake,
+        and letting it escape would print beat's traceback. Building the journal checks the
+        URL and the engine options; it connects to nothing.
+        """
+        try:
+            runtime.journal  # noqa: B018 - built for its checks
+        except JournalUnavailable:
+            raise
+        except ConfigError as exc:
+            self._refuse(str(exc))
+        except JournalError as exc:
+            conf, given = self.app.conf, runtime.url
+            url = redact(journal_url(conf, given))
+            self._refuse(f"{url_setting(conf, given)}: {exc} (journal URL {url})")
+
+    @staticmethod
+    def _refuse(reason: str) -> None:
+        log.error("durable scheduler cannot start: %s", printable(reason))
+        raise SystemExit(1)
 
     def _setup(self) -> None:
         if self._runtime is None:
@@ -126,7 +152,9 @@ class DurableScheduler(Scheduler):
 
         The lazy banner instance has no runtime yet; it names the one the app module made
         (``Durable(app, url)``), which :meth:`setup_schedule` will use, else the configuration.
+        Only the URL is read: a bad setting is reported by :meth:`setup_schedule`, once
+        logging is set up, not as a traceback in the middle of the banner.
         """
         runtime = self._runtime or Runtime.registered(self.app)
-        url = runtime.config.url if runtime else DurableConfig.from_app(self.app.conf).url
-        return f"    . journal -> {redact(url)}"
+        url = journal_url(self.app.conf, runtime.url if runtime else None)
+        return f"    . journal -> {printable(redact(url))}"

@@ -76,9 +76,7 @@ class DurableConfig:
     @classmethod
     def from_app(cls, conf: Any, url: str | None = None) -> DurableConfig:
         """Read the settings from a Celery ``app.conf`` (or any mapping with ``get``)."""
-        resolved = (
-            url or conf.get("durable_url") or os.environ.get("CELERY_DURABLE_URL") or DEFAULT_URL
-        )
+        resolved = journal_url(conf, url)
         synchronous = str(conf.get("durable_sqlite_synchronous") or "FULL").upper()
         if synchronous not in _SYNCHRONOUS:
             raise ConfigError(
@@ -86,7 +84,7 @@ class DurableConfig:
                 f"not {synchronous!r}"
             )
         return cls(
-            url=str(resolved),
+            url=resolved,
             check_interval=_positive(conf, "durable_check_interval", 60.0),
             run_lease=_positive(conf, "durable_run_lease", 300.0),
             max_input_bytes=int(
@@ -102,6 +100,29 @@ class DurableConfig:
             prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
             engine_options=_engine_options(conf.get("durable_engine_options")),
         )
+
+
+def journal_url(conf: Any, url: str | None = None) -> str:
+    """The journal URL of SPEC §8: ``url``, else ``durable_url``, else ``$CELERY_DURABLE_URL``,
+    else ``sqlite:///celery_durable.db``. Reads no other setting, so it cannot fail."""
+    return str(
+        url or conf.get("durable_url") or os.environ.get("CELERY_DURABLE_URL") or DEFAULT_URL
+    )
+
+
+def url_setting(conf: Any, url: str | None = None) -> str:
+    """The setting :meth:`DurableConfig.from_app` takes the journal URL from, as a user names it.
+
+    Messages about a bad URL say where to fix it: ``Durable(app, url)``, ``durable_url``,
+    ``$CELERY_DURABLE_URL`` or, when none is given, the default URL.
+    """
+    if url:
+        return "Durable(app, url)"
+    if conf.get("durable_url"):
+        return "durable_url"
+    if os.environ.get("CELERY_DURABLE_URL"):
+        return "$CELERY_DURABLE_URL"
+    return "the default journal URL"
 
 
 def _masked_setting(key: Any, value: Any) -> Any:

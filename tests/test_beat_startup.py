@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 
 from celery_durable import Durable
-from tests.support.processes import python_command, running_process, wait_for
+from tests.support.processes import child_env, python_command, run_child, running_process, wait_for
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -64,3 +64,47 @@ def test_beat_started_without_its_journal_waits_and_starts_when_it_comes(
     finally:
         client.close()
         proxy.cut()
+
+
+BAD_SETTINGS = {
+    "unsupported": (
+        {"durable_url": "postgresq://app:s3cret@db.example/prod\x1b[2J"},
+        "durable_url: unsupported journal database 'postgresq'",
+    ),
+    "garbage": ({"durable_url": "not a url at all s3cret"}, "durable_url: the journal URL cannot"),
+    "memory": ({"durable_url": "sqlite://"}, "durable_url: a memory database cannot be shared"),
+    "interval": (
+        {"durable_url": "sqlite:///journal.db", "durable_check_interval": "soon"},
+        "durable_check_interval must be a number, not 'soon'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("settings", "wrong"), BAD_SETTINGS.values(), ids=BAD_SETTINGS)
+def test_beat_refuses_a_journal_setting_it_cannot_use(
+    tmp_path: Path, settings: dict[str, str], wrong: str
+) -> None:
+    """A malformed or unsupported ``durable_url`` (or another ``durable_*`` value) will not
+    heal by waiting: beat stops at once with one ERROR line naming the setting and the fault,
+    exit 1, no traceback, the password masked, no raw control character and no journal
+    created (D1; docs/dispatcher.md)."""
+    (tmp_path / "badbeat.py").write_text(
+        "from celery import Celery\n\n"
+        'app = Celery("badbeat", broker="memory://")\n'
+        f"app.conf.update({settings!r})\n"
+    )
+    env = child_env({"PYTHONPATH": str(tmp_path)})
+    env.pop("CELERY_DURABLE_URL", None)
+    cmd = python_command(
+        "-m", "celery", "-A", "badbeat", "beat", "-S", "durable",
+        "--schedule", str(tmp_path / "unused-beat-schedule"),
+    )  # fmt: skip
+    beat = run_child(cmd, cwd=tmp_path, env=env, timeout=60)
+    output = beat.stdout + beat.stderr
+    assert beat.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "ERROR" in line or "CRITICAL" in line]
+    assert len(errors) == 1, output[-3000:]
+    assert f"durable scheduler cannot start: {wrong}" in errors[0]
+    assert "s3cret" not in output and "\x1b" not in output
+    assert not (tmp_path / "journal.db").exists()

@@ -128,6 +128,7 @@ def test_logs_quote_ids_so_a_newline_cannot_forge_a_line(
 
 def test_a_long_run_id_is_named_not_echoed(sqlite_url: str) -> None:
     long_id = "r" * 100_000
+    ok(sqlite_url, "db", "init")
     line = fails(sqlite_url, 3, "runs", "show", long_id)
     assert len(line) < 300, len(line)
     assert "100,000 characters" in line

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
-from celery_durable import Durable
+from celery_durable import Durable, Every
 from tests.django_project.harness import PROJECT_DIR
 from tests.support.processes import child_env, run_child
 
@@ -35,8 +38,6 @@ def celery(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedPr
 
 
 def stored_ids(url: str) -> list[str]:
-    from celery import Celery
-
     durable = Durable(Celery("reader", broker="memory://"), url)
     try:
         return [v.id for v in durable.schedules.list()]
@@ -121,12 +122,53 @@ def test_without_an_app_nothing_is_created(tmp_path: Path) -> None:
     assert listed.stderr.startswith("Error: no Celery app given: give -A/--app MODULE")
     assert list(tmp_path.iterdir()) == []
     # A journal named explicitly is read, with Celery's default app.
-    named = celery(
-        tmp_path, "durable", "schedules", "list", env={"CELERY_DURABLE_URL": "sqlite:///named.db"}
-    )
+    env = {"CELERY_DURABLE_URL": "sqlite:///named.db"}
+    assert celery(tmp_path, "durable", "db", "init", env=env).returncode == 0
+    named = celery(tmp_path, "durable", "schedules", "list", env=env)
     assert named.returncode == 0, named.stderr
     assert named.stdout.strip() == "No schedules."
     assert not (tmp_path / "celery_durable.db").exists()
+
+
+ENTRY_POINTS = {
+    "celery durable": ("celery", "durable"),
+    "python -m celery_durable": ("celery_durable",),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS.values(), ids=ENTRY_POINTS)
+def test_both_entry_points_read_a_named_journal_without_an_app(
+    tmp_path: Path, entry: tuple[str, ...]
+) -> None:
+    """``celery durable`` and ``python -m celery_durable`` agree: without -A, a journal named
+    by --url or $CELERY_DURABLE_URL is read with Celery's default app; nothing named, both
+    refuse (exit 2) and create nothing (docs/cli.md, "Which journal")."""
+    url = f"sqlite:///{tmp_path / 'named.db'}"
+    writer = Celery("writer", broker="memory://")
+
+    task = "named." + "_".join(entry)  # one name per test: task names are process-wide
+
+    @writer.task(name=task)
+    def job() -> None: ...
+
+    durable = Durable(writer, url)
+    try:
+        durable.schedules.create("nightly", task, None, Every(timedelta(days=1)))
+    finally:
+        durable.close()
+    clean = {k: v for k, v in child_env().items() if k not in ("CELERY_DURABLE_URL", "CELERY_APP")}
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", *entry, *args, "schedules", "list", "--json"]
+        return run_child(command, cwd=tmp_path, env={**clean, **extra})
+
+    for result in (run("--url", url), run(CELERY_DURABLE_URL=url)):
+        assert result.returncode == 0, result.stderr
+        assert [s["id"] for s in json.loads(result.stdout)] == ["nightly"]
+    refused = run()
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert refused.stderr.startswith("Error: no Celery app given: give -A/--app MODULE")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["named.db"]
 
 
 def test_manage_py_durable_schedules_is_the_cli_command(tmp_path: Path) -> None:
@@ -146,6 +188,7 @@ def test_manage_py_durable_schedules_is_the_cli_command(tmp_path: Path) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return celery(tmp_path, "-A", "durable_site", "durable", "schedules", *args, env=env)
 
+    sqlite3.connect(tmp_path / "site.sqlite3").close()  # the site's database (manage.py migrate)
     empty = manage("list")
     assert (empty.returncode, empty.stdout, empty.stderr) == (0, "No schedules.\n", "")
     assert cli("list").stdout == empty.stdout
@@ -165,3 +208,81 @@ def test_manage_py_durable_schedules_is_the_cli_command(tmp_path: Path) -> None:
     assert deleted.returncode == 0 and "deleted" in deleted.stdout
     missing = manage("show", "nope")
     assert (missing.returncode, missing.stderr) == (3, "Error: schedule 'nope' not found\n")
+
+
+def cli_project(tmp_path: Path) -> dict[str, str]:
+    """``cliproj.py`` in ``tmp_path``, an app with one task; the environment that finds it."""
+    (tmp_path / "cliproj.py").write_text(
+        textwrap.dedent(
+            """\
+            from celery import Celery
+
+            app = Celery("cliproj", broker="memory://")
+
+            @app.task(name="cliproj.ping")
+            def ping():
+                return "pong"
+            """
+        )
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), child_env()["PYTHONPATH"]])}
+
+
+READ_ONLY = [
+    ("schedules", "list"),
+    ("schedules", "show", "nightly"),
+    ("schedules", "history", "nightly"),
+    ("runs", "list"),
+    ("runs", "show", "nightly@2026-11-16T01:00:00.0000000Z"),
+    ("run", "result", "nightly@2026-11-16T01:00:00.0000000Z"),
+    ("health",),
+    ("replay", "--check"),
+    ("prune", "--dry-run"),
+    # Commands that change only what is stored: in a journal that is not there, nothing is.
+    ("schedules", "pause", "nightly"),
+    ("index", "rebuild"),
+]
+
+
+@pytest.mark.parametrize("command", READ_ONLY, ids=" ".join)
+def test_a_mistyped_sqlite_url_creates_no_journal(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """A read-only command given a SQLite path that does not exist says so (exit 1) and
+    creates neither the file nor its directory (docs/cli.md, "Which journal")."""
+    env = cli_project(tmp_path)
+    typo = tmp_path / "no-such-dir" / "journal.db"
+    url = f"sqlite:///{typo}"
+    result = celery(tmp_path, "-A", "cliproj", "durable", "--url", url, *command, env=env)
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert (
+        result.stderr == f"Error: no journal at {typo} (is the URL right? 'db init' creates it)\n"
+    )
+    assert not typo.parent.exists()
+
+
+def test_commands_that_write_create_the_journal(tmp_path: Path) -> None:
+    """``schedules create`` and ``db init`` start a journal where there is none, directories
+    included, as beat and the workers do."""
+    env = cli_project(tmp_path)
+    first = tmp_path / "a" / "journal.db"
+    created = celery(
+        tmp_path, "-A", "cliproj", "durable", "--url", f"sqlite:///{first}",
+        "schedules", "create", "ping", "cliproj.ping", "--every", "1m", env=env,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert stored_ids(f"sqlite:///{first}") == ["ping"]
+    second = tmp_path / "b" / "journal.db"
+    initialised = celery(
+        tmp_path, "-A", "cliproj", "durable", "--url", f"sqlite:///{second}", "db", "init", env=env
+    )
+    assert initialised.returncode == 0, initialised.stderr
+    assert second.exists()
+
+
+def test_the_missing_path_is_shown_safely(tmp_path: Path) -> None:
+    """The path of a missing journal is echoed with its control characters escaped (docs/cli.md,
+    "Output is safe for a terminal")."""
+    typo = tmp_path / "x\x1b[2Jy" / "journal.db"
+    result = celery(tmp_path, "durable", "--url", f"sqlite:///{typo}", "schedules", "list", env={})
+    assert result.returncode == 1, result.stderr
+    assert "\x1b" not in result.stderr and "x\\x1b[2Jy" in result.stderr
+    assert not typo.parent.exists()

@@ -19,7 +19,7 @@ from celery import Celery
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.errors import DurableError, JournalError
-from tests.test_cli import fails
+from tests.test_cli import fails, ok
 
 
 @pytest.fixture
@@ -98,5 +98,6 @@ def test_api_errors_say_it_in_words_and_keep_the_rule_as_an_attribute(sqlite_url
 def test_cli_errors_say_it_in_words(
     sqlite_url: str, args: list[str], code: int, words: str
 ) -> None:
+    ok(sqlite_url, "db", "init")  # `pause` changes only what is stored: it needs a journal
     line = fails(sqlite_url, code, "schedules", *args)
     assert words in line and not CODE_PREFIX.search(line), line

@@ -7,11 +7,13 @@ the Flask app context; the outcome is read through ``app.extensions["celery_dura
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery
@@ -21,6 +23,7 @@ from flask import Flask, current_app, jsonify, request
 from celery_durable import Durable, Finished
 from celery_durable.contrib.flask import DurableExtension, celery_init_app
 from celery_durable.core.outcomes import Faulted
+from tests.support.tcpproxy import TcpProxy
 
 durable_ext = DurableExtension()
 
@@ -145,3 +148,57 @@ def test_the_example_of_docs_flask_md_builds_its_app(
     assert celery_app.conf.broker_url == "redis://localhost:6379/0"
     assert flask_app.extensions["celery_durable"].config.url == "postgresql://localhost/app"
     compile(make_celery_py, "docs/flask.md:make_celery.py", "exec")
+
+
+def docs_app(monkeypatch: pytest.MonkeyPatch, journal: str) -> Flask:
+    """docs/flask.md's ``create_app()``, on ``journal`` and an in-memory broker."""
+    monkeypatch.setenv("CELERY_DURABLE_URL", journal)
+    monkeypatch.setenv("CELERY_BROKER_URL", "memory://")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "flask.md").read_text()
+    app_py = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)[0]
+    namespace: dict[str, Any] = {"__name__": "app"}
+    exec(compile(app_py, "docs/flask.md:app.py", "exec"), namespace)
+    app: Flask = namespace["create_app"]()
+    return app
+
+
+def test_the_docs_view_answers_503_while_the_journal_is_away(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/flask.md's views with their PostgreSQL journal behind a TCP proxy: reachable, a
+    run never started is a 404; cut, the same request is a 503 with Retry-After and a short
+    message, no traceback, no password; restored, a 404 again. A journal never reached
+    (a closed port) answers the same 503."""
+    parts = urlsplit(pg_url)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    behind = f"{parts.username}:s3cret@127.0.0.1:{proxy.port}"
+    journal = pg_url.replace(parts.netloc, behind, 1)
+    proxy.restore()
+    app = docs_app(monkeypatch, journal)
+    client = app.test_client()
+    durable: Durable = app.extensions["celery_durable"]
+    try:
+        assert client.get("/greet/never-started").status_code == 404  # the journal answers
+        proxy.cut()
+        with caplog.at_level(logging.WARNING):
+            away = client.get("/greet/never-started")
+        assert away.status_code == 503, away.get_data(as_text=True)[:2000]
+        assert away.headers["Retry-After"] == "5"
+        assert away.get_json() == {"error": "journal unavailable, try again shortly"}
+        logged = [r for r in caplog.records if r.name == app.logger.name]
+        assert len(logged) == 1 and logged[0].exc_info is None
+        assert logged[0].getMessage().startswith("journal unavailable: cannot read the journal")
+        assert "s3cret" not in caplog.text and "Traceback" not in caplog.text
+        proxy.restore()
+        assert client.get("/greet/never-started").status_code == 404
+    finally:
+        proxy.cut()
+        durable.close()
+
+    closed = pg_url.replace(parts.netloc, f"{parts.username}@127.0.0.1:{proxy.port}", 1)
+    never = docs_app(monkeypatch, closed)
+    try:
+        response = never.test_client().get("/greet/never-started")
+        assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
+    finally:
+        never.extensions["celery_durable"].close()

@@ -90,6 +90,7 @@ def test_a_journal_that_cannot_be_reached() -> None:
 def test_lag_over_the_limit_and_a_stalled_dispatcher(sqlite_url: str, app: Celery) -> None:
     durable = Durable(app, sqlite_url)
     try:
+        durable.journal.ensure_ready()  # health reads; it never creates a journal
         assert code_of(sqlite_url) == 7  # nobody ever held the lease
         assert "is celery beat running?" in health(sqlite_url).stderr
         durable.schedules.create("s", "health.noop", None, Every(timedelta(seconds=1)))

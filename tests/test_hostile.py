@@ -211,7 +211,9 @@ def _cli_text(value: Any) -> str:
 
 @pytest.fixture(scope="module")
 def cli_url() -> str:
-    return f"sqlite:///{tempfile.mkdtemp()}/cli.db"
+    url = f"sqlite:///{tempfile.mkdtemp()}/cli.db"
+    assert cli(url, "db", "init").exit_code == 0  # reading commands never create the journal
+    return url
 
 
 def cli(url: str, *args: str) -> Any:

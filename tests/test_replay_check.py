@@ -143,6 +143,7 @@ def test_first_divergence_finds_exactly_the_first_changed_position(
 
 
 def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: str) -> None:
+    harness.durable.journal.ensure_ready()  # the check reads; it never creates a journal
     code, out = cli(sqlite_url)
     assert code == 2 and "give --check" in out
     code, out = cli(sqlite_url, "--check", "--run", "nope")

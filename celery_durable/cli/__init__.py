@@ -48,14 +48,10 @@ def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool)
     """Durable schedules and runs: the journal of celery_durable."""
     # ctx.obj is Celery's CLIContext under `celery`; invoked on its own, use the current app.
     app = getattr(ctx.obj, "app", None)
-    if app is None:
-        from celery import current_app
-
-        app = current_app
     # Without -A (or $CELERY_APP) Celery hands over its default app, which has no tasks and
     # no journal of its own.
     given = ctx.find_root().params.get("app") is not None
-    start_session(ctx, app, url, as_json, traceback, app_given=given)
+    start_session(ctx, app or _default_app(), url, as_json, traceback, app_given=given)
 
 
 @click.group(cls=DurableGroup, name="celery_durable")
@@ -81,8 +77,10 @@ def main(
     """Durable schedules and runs (the commands of 'celery -A APP durable')."""
     if workdir:
         os.chdir(workdir)
-    app = _load_app(app_name) if app_name else None  # required by commands, not by --help
-    start_session(ctx, app, url, as_json, traceback)
+    # As under `celery durable`: without -A, Celery's default app, usable only with a journal
+    # named by --url or $CELERY_DURABLE_URL (docs/cli.md, "Which journal").
+    app = _load_app(app_name) if app_name else _default_app()
+    start_session(ctx, app, url, as_json, traceback, app_given=app_name is not None)
 
 
 def bound_group(group: click.Group, app: Callable[[], Any], name: str) -> click.Group:
@@ -100,6 +98,13 @@ def bound_group(group: click.Group, app: Callable[[], Any], name: str) -> click.
         start_session(ctx, app(), url, as_json, traceback)
 
     return root
+
+
+def _default_app() -> Any:
+    """Celery's default app: what ``celery`` without ``-A`` hands to its sub-commands."""
+    from celery import current_app
+
+    return current_app._get_current_object()
 
 
 def _load_app(name: str) -> Any:

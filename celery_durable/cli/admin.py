@@ -11,6 +11,7 @@ import click
 
 from celery_durable.cli.common import (
     DurableGroup,
+    creates_journal,
     emit_json,
     invalid,
     json_option,
@@ -56,6 +57,7 @@ def db() -> None:
 @db.command()
 @option("--sql", is_flag=True, help="Print the DDL for the URL's dialect; connect to nothing.")
 @json_option
+@creates_journal
 def init(sql: bool) -> None:
     """Create the journal's tables (idempotent) and record the schema version."""
     from celery_durable.store.journal.schema import SCHEMA_VERSIONS, ddl, metadata

@@ -15,13 +15,14 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone, tzinfo
-from functools import partial
+from functools import partial, wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import click
 
 from celery_durable.core import limits
+from celery_durable.core.ids import printable
 
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
@@ -88,21 +89,6 @@ def shown(text: object) -> str:
     return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
 
 
-def printable(text: str, *, keep: str = "") -> str:
-    """``text`` with every control and format character (Unicode Cc, Cf) written as an escape.
-
-    Stored data reaches the terminal only through this: an ESC sequence in a schedule's input
-    cannot recolour or clear the screen, a U+202E cannot reverse a line. ``keep`` lists
-    characters left as they are (the newlines between lines of output).
-    """
-    if text.isprintable():  # the common case costs one C-level scan
-        return text
-    return "".join(
-        repr(c)[1:-1] if c not in keep and unicodedata.category(c) in ("Cc", "Cf") else c
-        for c in text
-    )
-
-
 def echo(text: str = "", *, err: bool = False) -> None:
     """``click.echo`` of a line (or lines) of output, control characters escaped."""
     click.echo(printable(text, keep="\n"), err=err)
@@ -120,6 +106,8 @@ class Session:
         self.app_given = app_given
         self.json = False
         self.traceback = False
+        self.may_create = False
+        """Whether this command may create a missing journal (:func:`creates_journal`)."""
         self._durable: Durable | None = None
         self._own = False
 
@@ -129,8 +117,6 @@ class Session:
         if self._durable is None:
             from celery_durable.durable import Durable
 
-            if self.app is None:
-                raise invalid("give the Celery app with -A/--app MODULE (or set CELERY_APP)")
             if not self.app_given and self.url is None and not os.environ.get(_URL_VARIABLE):
                 # Celery's default app knows no journal: reading "its" journal would create an
                 # empty ./celery_durable.db and show nothing (docs/cli.md, "Which journal").
@@ -140,9 +126,12 @@ class Session:
                 )
             self._load_app()
             if self.url is not None:
-                self._durable, self._own = Durable(self.app, self.url), True
+                found, self._own = Durable(self.app, self.url), True
             else:
-                self._durable = Durable.for_app(self.app)
+                found = Durable.for_app(self.app)
+            if not self.may_create:
+                _require_journal(found.config.url)
+            self._durable = found
         return self._durable
 
     def _load_app(self) -> None:
@@ -182,6 +171,36 @@ class Session:
             if password:
                 found.append(str(password))
         return found
+
+
+def _require_journal(url: str) -> None:
+    """Refuse a SQLite journal whose file does not exist, before anything opens it.
+
+    Opening it would create the file and its directories: a mistyped ``--url`` given to a
+    command that only reads would leave an empty journal behind and answer "No schedules."
+    Other databases are not created by connecting, so only SQLite needs the check.
+    """
+    from celery_durable.errors import JournalError
+    from celery_durable.store.journal.urls import normalize_url, sqlite_path
+
+    try:
+        path = sqlite_path(normalize_url(url))
+    except JournalError:
+        return  # the journal reports its own URL errors when it is used
+    if path is not None and not os.path.exists(path):
+        raise CliError(f"no journal at {path} (is the URL right? 'db init' creates it)")
+
+
+def creates_journal(fun: F) -> F:
+    """Mark a command that may create a missing journal (``schedules create``, ``import``,
+    ``db init``): every other command refuses one that does not exist (docs/cli.md)."""
+
+    @wraps(fun)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        session().may_create = True
+        return fun(*args, **kwargs)
+
+    return command  # type: ignore[return-value]
 
 
 def start_session(

@@ -15,6 +15,7 @@ import click
 from celery_durable.cli.common import (
     INVALID,
     CliError,
+    creates_journal,
     echo,
     emit_json,
     invalid,
@@ -37,6 +38,7 @@ def import_group() -> None:
 
 
 def _common(fun: Any) -> Any:
+    fun = creates_journal(fun)  # an import (also --dry-run) starts a journal where none is
     fun = option("--skip-invalid", is_flag=True, help="Import the valid entries; list the rest.")(
         fun
     )

@@ -13,6 +13,7 @@ from celery_durable.cli import parse
 from celery_durable.cli.audit import audit, history, reason_option
 from celery_durable.cli.common import (
     DurableGroup,
+    creates_journal,
     display_zone,
     echo,
     emit_json,
@@ -303,6 +304,7 @@ def _options(values: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
 @_content_options
 @reason_option
 @json_option
+@creates_journal
 def create(schedule_id: str, task: str, reason: str | None, **values: Any) -> None:
     """Create SCHEDULE_ID starting TASK at each due time of one rule option.
 

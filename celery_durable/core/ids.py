@@ -65,6 +65,22 @@ def first_control(text: str) -> str | None:
     return None
 
 
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` with every control and format character (Unicode Cc, Cf) written as an escape.
+
+    What reaches a terminal or a log line goes through this: an ESC sequence in stored data or
+    a setting cannot recolour or clear the screen, a newline cannot forge a second log line, a
+    U+202E cannot reverse a line. ``keep`` lists characters left as they are (the newlines
+    between lines of output).
+    """
+    if text.isprintable():  # the common case costs one C-level scan
+        return text
+    return "".join(
+        repr(c)[1:-1] if c not in keep and unicodedata.category(c) in ("Cc", "Cf") else c
+        for c in text
+    )
+
+
 def check_schedule_id(
     schedule_id: object, task_name: str | None = None, *, stored: bool = False
 ) -> str:

@@ -726,6 +726,23 @@ class SqlJournal:
         with self._core.connect() as conn:
             yield conn
 
+    @contextmanager
+    def unavailable_when_away(self) -> Iterator[None]:
+        """Inside, a refused or lost connection raises :class:`JournalUnavailable` (one line,
+        password masked) instead of the driver's error.
+
+        The first use of a journal already fails that way (:meth:`ensure_ready`); the public
+        reads of run state use this so that they fail the same way after it, and a web view
+        can answer "try again later" by catching one exception (docs/flask.md). The library's
+        own loops keep the driver's error: they retry or translate it themselves.
+        """
+        try:
+            yield
+        except (OperationalError, InterfaceError) as exc:
+            raise JournalUnavailable(
+                f"cannot read the journal at {self.url}: {_one_line(exc.orig)}"
+            ) from exc
+
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
         _check_int("after_version", after_version)
