@@ -32,12 +32,12 @@ from celery_durable.core.rules import BeatEntry, Every, Rule, bind_beat_schedule
 from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.message import BEAT_ENTRY
+from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.core.read_models import ScheduleView
+    from celery_durable.core.schedule_aggregate import ScheduleState
     from celery_durable.runtime import Runtime
     from celery_durable.schedules import Schedules
 
@@ -260,18 +260,21 @@ def import_entries(
             )
         planned[sid] = (name, content)
         report.imported[name] = sid
-    existing = {view.id: view for view in schedules.list()}
+    # D13: only the schedules this import made before and the planned IDs, never every one.
+    existing = schedules.store.load_with_origin(BEAT_ORIGIN, planned)
     for sid, (name, content) in planned.items():
         _apply(schedules, sid, name, content, existing.get(sid), report)
-    for sid, view in existing.items():
+    for sid, state in existing.items():
+        options = state.content.options if state.content is not None else {}
         if (
             sid not in planned
-            and BEAT_ENTRY in view.options
-            and not view.paused
-            and view.options[BEAT_ENTRY] not in report.refused
+            and BEAT_ENTRY in options
+            and not state.paused
+            and not state.deleted
+            and options[BEAT_ENTRY] not in report.refused
         ):
             schedules.pause(sid, reason=REMOVED)
-            log.warning("schedule %r paused: %s (entry %r)", sid, REMOVED, view.options[BEAT_ENTRY])
+            log.warning("schedule %r paused: %s (entry %r)", sid, REMOVED, options[BEAT_ENTRY])
             report.paused.append(sid)
     return report
 
@@ -281,20 +284,18 @@ def _apply(
     sid: str,
     name: str,
     content: Content,
-    view: ScheduleView | None,
+    state: ScheduleState | None,
     report: ImportReport,
 ) -> None:
     try:
-        if view is None:
-            if schedules.state(sid) is not None:  # deleted: list() leaves those out
-                log.warning(
-                    "beat_schedule entry %r names a deleted schedule; it stays deleted", name
-                )
-                return
+        if state is None:
             schedules._execute(sid, lambda now: Create(content=content, now=now))
             return
+        if state.deleted:
+            log.warning("beat_schedule entry %r names a deleted schedule; it stays deleted", name)
+            return
         schedules._execute(sid, lambda now: Change(content=content, now=now))
-        if view.paused and _pause_reason(schedules, sid) == REMOVED:
+        if state.paused and _pause_reason(schedules, sid) == REMOVED:
             schedules.resume(sid)
             log.warning("schedule %r resumed: entry %r is back in beat_schedule", sid, name)
             report.resumed.append(sid)

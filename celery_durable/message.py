@@ -157,6 +157,43 @@ def passes_through(options: Mapping[str, Any]) -> bool:
     return any(marker in options for marker in MARKERS)
 
 
+BEAT_ORIGIN = "beat_schedule"
+"""The origin of a schedule imported from ``beat_schedule`` (:func:`origin_of`)."""
+CELERY_DEFAULT_ENTRY = "celery.backend_cleanup"
+"""The entry (and task) Celery's beat installs itself when results expire (B7)."""
+
+
+def origin_of(options: Mapping[str, Any]) -> str | None:
+    """Where a schedule came from, by its marker option: ``"beat_schedule"``, the importer's
+    source (``"django-celery-beat"``, ``"redbeat"``), or ``None`` (created at run time).
+
+    Stored in the schedule index's ``origin`` column, so that beat's start-up finds the
+    schedules it imported without reading every schedule (D13).
+    """
+    if BEAT_ENTRY in options:
+        return BEAT_ORIGIN
+    marker = options.get(IMPORTED)
+    if isinstance(marker, Mapping) and isinstance(marker.get("source"), str):
+        return str(marker["source"])[:64]
+    return None
+
+
+def describe_origin(task: str, options: Mapping[str, Any]) -> str:
+    """A person's description of where a schedule came from (``schedules list``/``show``,
+    the admin): Celery's own ``celery.backend_cleanup`` (B7), a ``beat_schedule`` entry, an
+    importer's row, or the API."""
+    entry = options.get(BEAT_ENTRY)
+    if entry is not None:
+        if entry == CELERY_DEFAULT_ENTRY and task == CELERY_DEFAULT_ENTRY:
+            return "installed by Celery (result_expires)"
+        return f"beat_schedule entry {entry!r}"
+    marker = options.get(IMPORTED)
+    if isinstance(marker, Mapping) and marker.get("source"):
+        name = marker.get("name")
+        return f"imported from {marker['source']}" + (f" ({name!r})" if name else "")
+    return "created at run time"
+
+
 def run_message(
     sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
 ) -> Message:
