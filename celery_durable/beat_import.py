@@ -32,7 +32,7 @@ from celery_durable.core.rules import BeatEntry, Every, Rule, bind_beat_schedule
 from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN
+from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN, describe_origin, origin_label
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -72,6 +72,17 @@ class ImportReport:
     """Schedule IDs paused because their entry is gone."""
     resumed: list[str] = field(default_factory=list)
     """Schedule IDs resumed because their entry came back."""
+    created: list[str] = field(default_factory=list)
+    """Schedule IDs created by this import (first start with the entry)."""
+    changed: list[str] = field(default_factory=list)
+    """Schedule IDs whose content this import changed (the entry was edited, A2)."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """Schedule ID → where it came from, for entries the project did not write (B7)."""
+
+    @property
+    def stored(self) -> bool:
+        """Whether the import stored anything: an unchanged ``beat_schedule`` stores nothing."""
+        return bool(self.created or self.changed or self.paused or self.resumed)
 
 
 def _overrides(obj: object, base: type, names: tuple[str, ...]) -> bool:
@@ -260,6 +271,8 @@ def import_entries(
             )
         planned[sid] = (name, content)
         report.imported[name] = sid
+        if origin_label(content.task, content.options) != BEAT_ORIGIN:
+            report.notes[sid] = describe_origin(content.task, content.options)
     # D13: only the schedules this import made before and the planned IDs, never every one.
     existing = schedules.store.load_with_origin(BEAT_ORIGIN, planned)
     for sid, (name, content) in planned.items():
@@ -289,12 +302,14 @@ def _apply(
 ) -> None:
     try:
         if state is None:
-            schedules._execute(sid, lambda now: Create(content=content, now=now))
+            if schedules._execute(sid, lambda now: Create(content=content, now=now)):
+                report.created.append(sid)
             return
         if state.deleted:
             log.warning("beat_schedule entry %r names a deleted schedule; it stays deleted", name)
             return
-        schedules._execute(sid, lambda now: Change(content=content, now=now))
+        if schedules._execute(sid, lambda now: Change(content=content, now=now)):
+            report.changed.append(sid)
         if state.paused and _pause_reason(schedules, sid) == REMOVED:
             schedules.resume(sid)
             log.warning("schedule %r resumed: entry %r is back in beat_schedule", sid, name)
@@ -303,6 +318,24 @@ def _apply(
         log.error("beat_schedule entry %r is not scheduled: %s", name, exc)
         report.refused[name] = str(exc)
         report.imported.pop(name, None)
+
+
+def summary(report: ImportReport) -> str | None:
+    """Beat's start-up line about the import; ``None`` when it stored nothing (an unchanged
+    ``beat_schedule``). A schedule the project did not write says where it came from (B7)."""
+    if not report.stored:
+        return None
+    parts = []
+    for verb, sids in (
+        ("created", report.created),
+        ("changed", report.changed),
+        ("paused (removed from beat_schedule)", report.paused),
+        ("resumed", report.resumed),
+    ):
+        if sids:
+            named = [f"{sid}: {report.notes[sid]}" if sid in report.notes else sid for sid in sids]
+            parts.append(f"{len(sids)} {verb} ({', '.join(named)})")
+    return "durable scheduler: beat_schedule imported: " + "; ".join(parts)
 
 
 def _pause_reason(schedules: Schedules, sid: str) -> str | None:
@@ -344,5 +377,6 @@ __all__ = [
     "import_entries",
     "rule_for",
     "stored_value",
+    "summary",
     "translate",
 ]

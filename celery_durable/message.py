@@ -178,20 +178,35 @@ def origin_of(options: Mapping[str, Any]) -> str | None:
     return None
 
 
-def describe_origin(task: str, options: Mapping[str, Any]) -> str:
-    """A person's description of where a schedule came from (``schedules list``/``show``,
-    the admin): Celery's own ``celery.backend_cleanup`` (B7), a ``beat_schedule`` entry, an
-    importer's row, or the API."""
+def origin_label(task: str, options: Mapping[str, Any]) -> str:
+    """Where a schedule came from, in a word or two (``schedules list``, the admin's list):
+    ``Celery (result_expires)`` for the entry Celery's beat installs itself (B7),
+    ``beat_schedule``, an importer's source, or ``API``."""
     entry = options.get(BEAT_ENTRY)
     if entry is not None:
         if entry == CELERY_DEFAULT_ENTRY and task == CELERY_DEFAULT_ENTRY:
-            return "installed by Celery (result_expires)"
+            return "Celery (result_expires)"
+        return BEAT_ORIGIN
+    return origin_of(options) or "API"
+
+
+def describe_origin(task: str, options: Mapping[str, Any]) -> str:
+    """Where a schedule came from, in a sentence (``schedules show``, the admin's page, beat's
+    start-up log), so that a schedule nobody created by hand explains itself (B7)."""
+    entry = options.get(BEAT_ENTRY)
+    if entry is not None:
+        if entry == CELERY_DEFAULT_ENTRY and task == CELERY_DEFAULT_ENTRY:
+            return (
+                "installed by Celery because result_expires is set and the result backend "
+                "does not expire results itself (as stock beat does, B7)"
+            )
         return f"beat_schedule entry {entry!r}"
     marker = options.get(IMPORTED)
-    if isinstance(marker, Mapping) and marker.get("source"):
+    source = origin_of(options)
+    if source is not None and isinstance(marker, Mapping):
         name = marker.get("name")
-        return f"imported from {marker['source']}" + (f" ({name!r})" if name else "")
-    return "created at run time"
+        return f"imported from {source}" + (f" (row {name!r})" if name else "")
+    return "created through the API (or the CLI, the admin)"
 
 
 def run_message(

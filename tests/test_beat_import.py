@@ -545,3 +545,27 @@ def test_the_import_reads_only_the_schedules_it_imported(
         f"beside {others} other schedules (D13: only the schedules it imported)"
     )
     assert read["celery_durable_events"] <= 10 * len(entries), read
+
+
+def test_beat_logs_the_import_only_when_it_stored_something_and_names_celerys_entry(
+    beat: Beat, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A project without ``beat_schedule`` gets ``celery.backend_cleanup`` from Celery (B7):
+    the first start says so, naming why; a start that changes nothing logs no import line."""
+    caplog.set_level(logging.INFO, "celery_durable.beat")
+    backend = {"result_backend": f"db+sqlite:///{tmp_path / 'results.db'}"}
+    beat.start({}, **backend)
+    first = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert len(first) == 1, first
+    assert (
+        "1 created (celery.backend_cleanup: installed by Celery because result_expires"
+        in (first[0])
+    )
+    caplog.clear()
+    beat.start({}, **backend)
+    again = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert again == [], f"a start that changed nothing logged {again}"
+    caplog.clear()
+    beat.start({"nightly": {"task": "report", "schedule": 3600.0}}, **backend)
+    added = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert added == ["durable scheduler: beat_schedule imported: 1 created (nightly)"], added
