@@ -44,11 +44,16 @@ EXPECTED_SCHEDULES = {
 }  # fmt: skip
 
 
+def copy_of(fixture: Path, tmp_path: Path) -> Path:
+    """A copy of a checked-in journal to work on (the fixture itself stays as written)."""
+    path = tmp_path / fixture.name
+    shutil.copyfile(fixture, path)
+    return path
+
+
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    path = tmp_path / "journal-v1.sqlite"
-    shutil.copyfile(FIXTURE, path)
-    return path
+    return copy_of(FIXTURE, tmp_path)
 
 
 def test_the_fixture_is_a_v1_sqlite_journal() -> None:
@@ -203,9 +208,7 @@ def test_a_v1_journal_opens_snapshots_and_prunes(copy: Path) -> None:
 
 @pytest.fixture
 def beat_copy(tmp_path: Path) -> Path:
-    path = tmp_path / "journal-v1-beat.sqlite"
-    shutil.copyfile(BEAT_FIXTURE, path)
-    return path
+    return copy_of(BEAT_FIXTURE, tmp_path)
 
 
 def test_the_beat_fixture_is_a_v1_journal_without_the_origin_column() -> None:

@@ -2,7 +2,7 @@
 came from ``beat_schedule``, from the API and from an importer, with the index projected, for
 ``tests/test_upgrade.py`` (SPEC §9; version 2 added the index's ``origin`` column, D13).
 
-    python tests/data/make_journal_v1_beat.py      # with the version-1 code on PYTHONPATH
+    python -m tests.data.make_journal_v1_beat      # with the version-1 code first on PYTHONPATH
 
 It was written on 2026-12-04 by the code just before schema version 2 (git archive of that
 commit on ``PYTHONPATH``). Do not regenerate it with newer code: the point of the file is that
@@ -19,15 +19,14 @@ What it holds (times from a fake clock starting at ``BASE``):
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
-import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
+
+from tests.data.make_journal_v1 import write_fixture
 
 UTC = timezone.utc
 BASE = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -82,16 +81,7 @@ def make(path: Path) -> None:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "journal.sqlite"
-        make(path)
-        # A consistent single file: fold the WAL into the database before copying.
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("PRAGMA journal_mode = DELETE")
-        conn.close()
-        shutil.copyfile(path, FIXTURE)
-    print(f"wrote {FIXTURE}")
+    write_fixture(make, FIXTURE)
 
 
 if __name__ == "__main__":
