@@ -14,7 +14,12 @@ from celery import Celery
 from celery.beat import Scheduler
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from celery_durable.beat_import import default_entries, import_beat_schedule, import_entries
+from celery_durable.beat_import import (
+    default_entries,
+    import_beat_schedule,
+    import_entries,
+    summary,
+)
 from celery_durable.config import ConfigError, journal_url, url_setting
 from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
@@ -86,8 +91,9 @@ class DurableScheduler(Scheduler):
         entries = default_entries(self)  # as stock beat: celery.backend_cleanup (B7)
         entries.update(self.app.conf.beat_schedule or {})
         report = import_entries(runtime, Schedules(runtime), entries)
-        if report.imported:
-            log.info("durable scheduler: %d beat_schedule entries imported", len(report.imported))
+        line = summary(report)  # only when the import stored something
+        if line is not None:
+            log.info("%s", line)
         self._dispatcher = Dispatcher(runtime)
 
     @property

@@ -33,12 +33,12 @@ from celery_durable.core.rules import BeatEntry, Every, Rule
 from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError, InvalidSchedule
-from celery_durable.message import BEAT_ENTRY
+from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN, describe_origin, origin_label
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_durable.core.read_models import ScheduleView
+    from celery_durable.core.schedule_aggregate import ScheduleState
     from celery_durable.runtime import Runtime
     from celery_durable.schedules import Schedules
 
@@ -73,6 +73,17 @@ class ImportReport:
     """Schedule IDs paused because their entry is gone."""
     resumed: list[str] = field(default_factory=list)
     """Schedule IDs resumed because their entry came back."""
+    created: list[str] = field(default_factory=list)
+    """Schedule IDs created by this import (first start with the entry)."""
+    changed: list[str] = field(default_factory=list)
+    """Schedule IDs whose content this import changed (the entry was edited, A2)."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """Schedule ID → where it came from, for entries the project did not write (B7)."""
+
+    @property
+    def stored(self) -> bool:
+        """Whether the import stored anything: an unchanged ``beat_schedule`` stores nothing."""
+        return bool(self.created or self.changed or self.paused or self.resumed)
 
 
 def _overrides(obj: object, base: type, names: tuple[str, ...]) -> bool:
@@ -265,18 +276,23 @@ def import_entries(
             )
         planned[sid] = (name, content)
         report.imported[name] = sid
-    existing = {view.id: view for view in schedules.list()}
+        if origin_label(content.task, content.options) != BEAT_ORIGIN:
+            report.notes[sid] = describe_origin(content.task, content.options)
+    # D13: only the schedules this import made before and the planned IDs, never every one.
+    existing = schedules.store.load_with_origin(BEAT_ORIGIN, planned)
     for sid, (name, content) in planned.items():
         _apply(schedules, sid, name, content, existing.get(sid), report)
-    for sid, view in existing.items():
+    for sid, state in existing.items():
+        options = state.content.options if state.content is not None else {}
         if (
             sid not in planned
-            and BEAT_ENTRY in view.options
-            and not view.paused
-            and view.options[BEAT_ENTRY] not in report.refused
+            and BEAT_ENTRY in options
+            and not state.paused
+            and not state.deleted
+            and options[BEAT_ENTRY] not in report.refused
         ):
             schedules.pause(sid, reason=REMOVED)
-            log.warning("schedule %r paused: %s (entry %r)", sid, REMOVED, view.options[BEAT_ENTRY])
+            log.warning("schedule %r paused: %s (entry %r)", sid, REMOVED, options[BEAT_ENTRY])
             report.paused.append(sid)
     return report
 
@@ -286,20 +302,20 @@ def _apply(
     sid: str,
     name: str,
     content: Content,
-    view: ScheduleView | None,
+    state: ScheduleState | None,
     report: ImportReport,
 ) -> None:
     try:
-        if view is None:
-            if schedules.state(sid) is not None:  # deleted: list() leaves those out
-                log.warning(
-                    "beat_schedule entry %r names a deleted schedule; it stays deleted", name
-                )
-                return
-            schedules._execute(sid, lambda now: Create(content=content, now=now))
+        if state is None:
+            if schedules._execute(sid, lambda now: Create(content=content, now=now)):
+                report.created.append(sid)
             return
-        schedules._execute(sid, lambda now: Change(content=content, now=now))
-        if view.paused and _pause_reason(schedules, sid) == REMOVED:
+        if state.deleted:
+            log.warning("beat_schedule entry %r names a deleted schedule; it stays deleted", name)
+            return
+        if schedules._execute(sid, lambda now: Change(content=content, now=now)):
+            report.changed.append(sid)
+        if state.paused and _pause_reason(schedules, sid) == REMOVED:
             schedules.resume(sid)
             log.warning("schedule %r resumed: entry %r is back in beat_schedule", sid, name)
             report.resumed.append(sid)
@@ -307,6 +323,24 @@ def _apply(
         log.error("beat_schedule entry %r is not scheduled: %s", name, exc)
         report.refused[name] = str(exc)
         report.imported.pop(name, None)
+
+
+def summary(report: ImportReport) -> str | None:
+    """Beat's start-up line about the import; ``None`` when it stored nothing (an unchanged
+    ``beat_schedule``). A schedule the project did not write says where it came from (B7)."""
+    if not report.stored:
+        return None
+    parts = []
+    for verb, sids in (
+        ("created", report.created),
+        ("changed", report.changed),
+        ("paused (removed from beat_schedule)", report.paused),
+        ("resumed", report.resumed),
+    ):
+        if sids:
+            named = [f"{sid}: {report.notes[sid]}" if sid in report.notes else sid for sid in sids]
+            parts.append(f"{len(sids)} {verb} ({', '.join(named)})")
+    return "durable scheduler: beat_schedule imported: " + "; ".join(parts)
 
 
 def _pause_reason(schedules: Schedules, sid: str) -> str | None:
@@ -348,5 +382,6 @@ __all__ = [
     "import_entries",
     "rule_for",
     "stored_value",
+    "summary",
     "translate",
 ]

@@ -157,6 +157,58 @@ def passes_through(options: Mapping[str, Any]) -> bool:
     return any(marker in options for marker in MARKERS)
 
 
+BEAT_ORIGIN = "beat_schedule"
+"""The origin of a schedule imported from ``beat_schedule`` (:func:`origin_of`)."""
+CELERY_DEFAULT_ENTRY = "celery.backend_cleanup"
+"""The entry (and task) Celery's beat installs itself when results expire (B7)."""
+
+
+def origin_of(options: Mapping[str, Any]) -> str | None:
+    """Where a schedule came from, by its marker option: ``"beat_schedule"``, the importer's
+    source (``"django-celery-beat"``, ``"redbeat"``), or ``None`` (created at run time).
+
+    Stored in the schedule index's ``origin`` column, so that beat's start-up finds the
+    schedules it imported without reading every schedule (D13).
+    """
+    if BEAT_ENTRY in options:
+        return BEAT_ORIGIN
+    marker = options.get(IMPORTED)
+    if isinstance(marker, Mapping) and isinstance(marker.get("source"), str):
+        return str(marker["source"])[:64]
+    return None
+
+
+def origin_label(task: str, options: Mapping[str, Any]) -> str:
+    """Where a schedule came from, in a word or two (``schedules list``, the admin's list):
+    ``Celery (result_expires)`` for the entry Celery's beat installs itself (B7),
+    ``beat_schedule``, an importer's source, or ``API``."""
+    entry = options.get(BEAT_ENTRY)
+    if entry is not None:
+        if entry == CELERY_DEFAULT_ENTRY and task == CELERY_DEFAULT_ENTRY:
+            return "Celery (result_expires)"
+        return BEAT_ORIGIN
+    return origin_of(options) or "API"
+
+
+def describe_origin(task: str, options: Mapping[str, Any]) -> str:
+    """Where a schedule came from, in a sentence (``schedules show``, the admin's page, beat's
+    start-up log), so that a schedule nobody created by hand explains itself (B7)."""
+    entry = options.get(BEAT_ENTRY)
+    if entry is not None:
+        if entry == CELERY_DEFAULT_ENTRY and task == CELERY_DEFAULT_ENTRY:
+            return (
+                "installed by Celery because result_expires is set and the result backend "
+                "does not expire results itself (as stock beat does, B7)"
+            )
+        return f"beat_schedule entry {entry!r}"
+    marker = options.get(IMPORTED)
+    source = origin_of(options)
+    if source is not None and isinstance(marker, Mapping):
+        name = marker.get("name")
+        return f"imported from {source}" + (f" (row {name!r})" if name else "")
+    return "created through the API (or the CLI, the admin)"
+
+
 def run_message(
     sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
 ) -> Message:

@@ -21,10 +21,11 @@ import pytest
 from celery import Celery
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler
 from celery.schedules import BaseSchedule, crontab, schedstate, schedule
+from sqlalchemy import event as sa_event
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat import DurableScheduler
-from celery_durable.beat_import import REMOVED
+from celery_durable.beat_import import REMOVED, import_beat_schedule
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.rules import BeatEntry
 from celery_durable.core.schedule_events import SchedulePaused
@@ -503,3 +504,78 @@ def test_typed_values_reach_the_message_as_stock_beat_sends_them(
     # The broker TTL: milliseconds from each send to `when`, so the sends' moments differ.
     ttl = int(durable["properties"]["expiration"]) - int(stock["properties"]["expiration"])
     assert abs(ttl) < 60_000
+
+
+# D13 --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite_url", "pg_url"])
+def test_the_import_reads_only_the_schedules_it_imported(
+    backend: str, request: pytest.FixtureRequest, clock: FakeClock
+) -> None:
+    """Beat's start-up never reads every schedule (D13): with 300 schedules created through
+    the API beside two ``beat_schedule`` entries, the import reads the rows of its own entries
+    only. Every statement it issues on the real journal is recorded and run again to count
+    the rows it read."""
+    durable = Durable(make_app("memory://", {}), request.getfixturevalue(backend), clock=clock)
+    entries = {
+        "keep": {"task": "report", "schedule": 60.0},
+        "gone": {"task": "report", "schedule": 60.0},
+    }
+    import_beat_schedule(durable, entries)
+    others = 300
+    for i in range(others):
+        durable.schedules.create(f"api-{i}", "report", None, Every(timedelta(minutes=1)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()  # the index rows of all 302 schedules, at the journal's head
+    dispatcher.close()
+    engine = durable.journal.engine
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *rest: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            statements.append((statement, parameters))
+
+    sa_event.listen(engine, "before_cursor_execute", record)
+    try:
+        report = import_beat_schedule(durable, {"keep": entries["keep"]})
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", record)
+    assert report.paused == ["gone"]
+    read = {"celery_durable_schedule_index": 0, "celery_durable_events": 0}
+    with engine.connect() as conn:
+        for statement, parameters in statements:
+            for table in read:
+                if f"FROM {table}" in statement:
+                    read[table] += len(conn.exec_driver_sql(statement, parameters).all())
+    durable.close()
+    rows = read["celery_durable_schedule_index"]
+    assert rows <= 5 * len(entries), (
+        f"the import read {rows} index rows for {len(entries)} beat_schedule entries "
+        f"beside {others} other schedules (D13: only the schedules it imported)"
+    )
+    assert read["celery_durable_events"] <= 10 * len(entries), read
+
+
+def test_beat_logs_the_import_only_when_it_stored_something_and_names_celerys_entry(
+    beat: Beat, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A project without ``beat_schedule`` gets ``celery.backend_cleanup`` from Celery (B7):
+    the first start says so, naming why; a start that changes nothing logs no import line."""
+    caplog.set_level(logging.INFO, "celery_durable.beat")
+    backend = {"result_backend": f"db+sqlite:///{tmp_path / 'results.db'}"}
+    beat.start({}, **backend)
+    first = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert len(first) == 1, first
+    assert (
+        "1 created (celery.backend_cleanup: installed by Celery because result_expires"
+        in (first[0])
+    )
+    caplog.clear()
+    beat.start({}, **backend)
+    again = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert again == [], f"a start that changed nothing logged {again}"
+    caplog.clear()
+    beat.start({"nightly": {"task": "report", "schedule": 3600.0}}, **backend)
+    added = [r.getMessage() for r in caplog.records if "beat_schedule" in r.getMessage()]
+    assert added == ["durable scheduler: beat_schedule imported: 1 created (nightly)"], added

@@ -52,6 +52,9 @@ SCHEDULE_KEYS = {
     "complete",
     "next_due",
     "next_due_local",
+    "overdue",
+    "origin",
+    "origin_text",
     "anchor",
     "created_at",
     "runs_decided",
@@ -180,6 +183,7 @@ def test_create_list_show_in_tables_and_json(journal_url: str) -> None:
         "NEXT",
         "DUE",
         "(LOCAL)",
+        "ORIGIN",
     ]
     assert [line.split()[0] for line in lines[1:]] == [
         "cron",

@@ -169,3 +169,34 @@ def test_schedules_list_has_a_last_run_column(sqlite_url: str) -> None:
     assert row_b[start:].startswith("- ")
     data = {s["id"]: s for s in json.loads(ok(sqlite_url, "schedules", "list", "--json"))}
     assert data["a"]["last_run"].startswith(due[:19]) and data["b"]["last_run"] is None
+
+
+def test_schedules_list_and_show_say_where_a_schedule_came_from_and_mark_overdue(
+    sqlite_url: str,
+) -> None:
+    """``celery.backend_cleanup`` says it was installed by Celery (result_expires, B7); a
+    schedule whose next due time has passed is marked "(overdue)", one still to come is not."""
+    from celery.schedules import crontab
+
+    from celery_durable.beat_import import import_beat_schedule
+    from tests.e2e.cli_app import app as cli_app
+
+    hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    durable = Durable(cli_app, sqlite_url, clock=lambda: hour_ago)
+    try:
+        cleanup = {"task": "celery.backend_cleanup", "schedule": crontab("0", "4", "*")}
+        import_beat_schedule(durable, {"celery.backend_cleanup": cleanup})
+        durable.schedules.create("behind", "cli.backup", None, Every(timedelta(minutes=1)))
+        durable.schedules.create("ahead", "cli.backup", None, Every(timedelta(days=2)))
+    finally:
+        durable.close()
+    listed = ok(sqlite_url, "schedules", "list")
+    rows = {line.split()[0]: line for line in listed.splitlines()[1:]}
+    assert rows["celery.backend_cleanup"].endswith("Celery (result_expires)"), listed
+    assert rows["behind"].endswith("API") and "(overdue)" in rows["behind"], listed
+    assert "(overdue)" not in rows["ahead"], listed
+    shown = ok(sqlite_url, "schedules", "show", "celery.backend_cleanup")
+    assert "Origin" in shown and "installed by Celery because result_expires is set" in shown
+    data = {s["id"]: s for s in json.loads(ok(sqlite_url, "schedules", "list", "--json"))}
+    assert data["celery.backend_cleanup"]["origin"] == "Celery (result_expires)"
+    assert (data["behind"]["overdue"], data["ahead"]["overdue"]) == (True, False)

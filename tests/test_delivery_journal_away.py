@@ -194,7 +194,7 @@ def test_w1_a_delivery_meeting_any_journal_error_before_its_claim_is_sent_again(
     try:
         line = _lost_or_kept(
             app, job, durable, lambda: _on_broker(app, "redis", redis_url, queue), task_log,
-            lambda: set_version(1),
+            lambda: set_version(schema.SCHEMA_VERSIONS["journal"]),
         )  # fmt: skip
         assert calls == ["x"]
         assert "upgrade celery_durable" in line and "sent again" in line

@@ -765,3 +765,34 @@ def test_the_list_marks_late_schedules(client: Any, durable: Durable, clock: Fak
     assert 'class="late"' not in row_of(page, "daily")
     durable.schedules.pause("hourly")
     assert 'class="late"' not in row_of(text(client.get(LIST)), "hourly")
+
+
+def test_the_admin_says_where_celerys_own_schedule_came_from(client: Any, durable: Durable) -> None:
+    """``celery.backend_cleanup`` is installed by Celery's beat because of ``result_expires``
+    (B7): its row and its page say so, a ``beat_schedule`` entry says it is one, and a
+    schedule made through the API shows nothing extra in the list."""
+    from celery.schedules import crontab
+
+    from celery_durable.beat_import import import_beat_schedule
+
+    import_beat_schedule(
+        durable,
+        {
+            "celery.backend_cleanup": {
+                "task": "celery.backend_cleanup",
+                "schedule": crontab("0", "4", "*"),
+                "options": {"expires": 12 * 3600},
+            },
+            "nightly": {"task": "shop.report", "schedule": 3600.0, "args": ["Ada"]},
+        },
+    )
+    durable.schedules.create("by-hand", "shop.report", "Ada", Every(timedelta(hours=1)))
+    page = text(client.get(LIST))
+    cleanup = row_of(page, "celery.backend_cleanup")
+    assert "Celery (result_expires)" in cleanup, cleanup
+    assert "beat_schedule" in row_of(page, "nightly")
+    assert 'class="origin' not in row_of(page, "by-hand")
+    detail = text(client.get(LIST + "celery.backend_cleanup/change/"))
+    assert '<td id="durable-origin">installed by Celery because result_expires is set' in detail, (
+        detail
+    )

@@ -511,11 +511,11 @@ def test_tables_and_schema_row_are_created_on_first_use(journal: SqlJournal) -> 
         "celery_durable_schedule_index",
         "celery_durable_progress",
     } <= tables
-    assert schema_rows(journal) == {"journal": 1}
+    assert schema_rows(journal) == dict(schema.SCHEMA_VERSIONS)
     # A second journal on the same database finds everything in place.
     other = SqlJournal(journal.engine.url.render_as_string(hide_password=False))
     assert other.head() == 0
-    assert schema_rows(other) == {"journal": 1}
+    assert schema_rows(other) == dict(schema.SCHEMA_VERSIONS)
     other.close()
 
 
@@ -528,9 +528,10 @@ def test_a_newer_schema_version_is_refused(journal_url: str) -> None:
     newer = SqlJournal(journal_url)
     with pytest.raises(JournalError) as info:
         newer.read_all(0)
-    assert "999" in str(info.value) and "version 1" in str(info.value)
+    current = schema.SCHEMA_VERSIONS["journal"]
+    assert "999" in str(info.value) and f"version {current}" in str(info.value)
     assert info.value.stored_version == 999
-    assert info.value.code_version == 1
+    assert info.value.code_version == current
     newer.close()
 
 
@@ -545,15 +546,17 @@ def test_an_older_schema_version_is_migrated(
     def to_2(conn: sa.Connection) -> None:
         ran.append(conn.execute(sa.select(sa.func.count()).select_from(schema.events)).scalar())
 
-    monkeypatch.setitem(schema.SCHEMA_VERSIONS, "journal", 2)
-    monkeypatch.setitem(schema._MIGRATIONS, ("journal", 2), to_2)
+    current = schema.SCHEMA_VERSIONS["journal"]
+    monkeypatch.setitem(schema.SCHEMA_VERSIONS, "journal", current + 1)
+    monkeypatch.setitem(schema._MIGRATIONS, ("journal", current + 1), to_2)
     upgraded = SqlJournal(journal_url)
     assert upgraded.head() > 0
     assert ran == [1]
-    assert schema_rows(upgraded) == {"journal": 2}
+    assert schema_rows(upgraded) == {"journal": current + 1}
     upgraded.close()
 
-    monkeypatch.setitem(schema.SCHEMA_VERSIONS, "journal", 3)  # no migration to 3 registered
+    # no migration to current + 2 registered
+    monkeypatch.setitem(schema.SCHEMA_VERSIONS, "journal", current + 2)
     with pytest.raises(JournalError, match="no migration"):
         SqlJournal(journal_url).ensure_ready()
 
@@ -572,7 +575,7 @@ def test_ddl_creates_what_the_journal_expects(journal_url: str) -> None:
     engine.dispose()
     j = SqlJournal(journal_url)
     assert j.append("run/x", 0, [ev()]) == 1
-    assert schema_rows(j) == {"journal": 1}
+    assert schema_rows(j) == dict(schema.SCHEMA_VERSIONS)
     j.close()
 
 
@@ -750,7 +753,7 @@ def test_processes_starting_together_on_a_new_database(journal_url: str, tmp_pat
     assert [r["version"] for r in results] == [1] * len(names)
     j = SqlJournal(journal_url)
     assert len(j.read_all(0)) == len(names)
-    assert schema_rows(j) == {"journal": 1}
+    assert schema_rows(j) == dict(schema.SCHEMA_VERSIONS)
     j.close()
 
 
@@ -1058,3 +1061,37 @@ def test_bulk_append_loses_a_race_it_could_not_see_coming(server_url: str) -> No
     assert [e.data["n"] for e in again.read_stream(streams[57])] == [0, 9]
     assert [e.version for e in again.read_stream(streams[3])] == [1]
     again.close()
+
+
+def test_version_2_adds_the_index_origin_column_on_every_database(journal_url: str) -> None:
+    """Journal schema 2 (2026-12-04, D13): a version-1 index table (no ``origin`` column, no
+    index on it) gains both at the next start, with the origin of the rows that have one."""
+    first = SqlJournal(journal_url)
+    first.ensure_ready()
+    index_name = "ix_celery_durable_schedule_index_origin"
+    beat = {"content": {"options": {"beat_entry": "nightly"}}}
+    with first.engine.begin() as conn:
+        for sid, state in (("nightly", beat), ("api", {"content": {"options": {}}})):
+            conn.execute(sa.insert(schema.schedule_index).values(
+                schedule_id=sid, version=1, format=1, state=json.dumps(state),
+                updated_at=datetime.now(timezone.utc), origin=None,
+            ))  # fmt: skip
+        table = "celery_durable_schedule_index"
+        if conn.dialect.name in schema.MYSQL_DIALECTS:
+            conn.exec_driver_sql(f"DROP INDEX {index_name} ON {table}")
+        else:
+            conn.exec_driver_sql(f"DROP INDEX {index_name}")
+        conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN origin")
+        conn.execute(sa.update(schema.schema_versions).values(version=1))
+    first.close()
+    upgraded = SqlJournal(journal_url)
+    upgraded.ensure_ready()
+    assert schema_rows(upgraded) == dict(schema.SCHEMA_VERSIONS)
+    found = sa.inspect(upgraded.engine)
+    assert index_name in {i["name"] for i in found.get_indexes("celery_durable_schedule_index")}
+    with upgraded.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(schema.schedule_index.c.schedule_id, schema.schedule_index.c.origin)
+        )
+        assert dict(rows.all()) == {"nightly": "beat_schedule", "api": None}
+    upgraded.close()

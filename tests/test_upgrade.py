@@ -15,9 +15,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from celery import Celery
 
-from celery_durable import CatchUp, Every, Faulted, Finished
+from celery_durable import CatchUp, Durable, Every, Faulted, Finished
+from celery_durable.beat_import import import_beat_schedule
 from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
+from tests.data.make_journal_v1_beat import BASE as BEAT_BASE
+from tests.data.make_journal_v1_beat import ENTRIES as BEAT_ENTRIES
+from tests.data.make_journal_v1_beat import FIXTURE as BEAT_FIXTURE
+from tests.data.make_journal_v1_beat import ORIGINS
 
 EXPECTED_SCHEDULES = {
     # id: (paused, deleted, next_due after BASE, runs by (state, outcome))
@@ -37,11 +44,16 @@ EXPECTED_SCHEDULES = {
 }  # fmt: skip
 
 
+def copy_of(fixture: Path, tmp_path: Path) -> Path:
+    """A copy of a checked-in journal to work on (the fixture itself stays as written)."""
+    path = tmp_path / fixture.name
+    shutil.copyfile(fixture, path)
+    return path
+
+
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    path = tmp_path / "journal-v1.sqlite"
-    shutil.copyfile(FIXTURE, path)
-    return path
+    return copy_of(FIXTURE, tmp_path)
 
 
 def test_the_fixture_is_a_v1_sqlite_journal() -> None:
@@ -189,3 +201,54 @@ def test_a_v1_journal_opens_snapshots_and_prunes(copy: Path) -> None:
         assert "celery_durable_snapshots" in tables
     finally:
         conn.close()
+
+
+# Schema version 2 (2026-12-04): the index's ``origin`` column (D13) ----------------------------
+
+
+@pytest.fixture
+def beat_copy(tmp_path: Path) -> Path:
+    return copy_of(BEAT_FIXTURE, tmp_path)
+
+
+def test_the_beat_fixture_is_a_v1_journal_without_the_origin_column() -> None:
+    conn = sqlite3.connect(f"file:{BEAT_FIXTURE}?mode=ro", uri=True)
+    try:
+        versions = dict(conn.execute("SELECT component, version FROM celery_durable_schema"))
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(celery_durable_schedule_index)")}
+        rows = {r[0] for r in conn.execute("SELECT schedule_id FROM celery_durable_schedule_index")}
+    finally:
+        conn.close()
+    assert versions == {"journal": 1}
+    assert "origin" not in columns and rows == set(ORIGINS)
+
+
+def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_own(
+    beat_copy: Path,
+) -> None:
+    """Opening the v1 journal migrates it to version 2, filling ``origin`` from the stored
+    options; the next beat start then finds its removed entry through that column alone (the
+    index is at the journal's head, so no event is read for it) and pauses it (B6)."""
+    app = Celery("upgrade-beat-continue", broker="memory://", set_as_current=False)
+    app.conf.update(task_ignore_result=True)
+    clock = Clock(BEAT_BASE + timedelta(minutes=5))
+    durable = Durable(app, f"sqlite:///{beat_copy}", clock=clock)
+    try:
+        durable.journal.ensure_ready()
+        with durable.journal.engine.connect() as conn:
+            origins = dict(conn.execute(sa.text(
+                "SELECT schedule_id, origin FROM celery_durable_schedule_index"
+            )).all())  # fmt: skip
+            versions = dict(conn.execute(sa.text(
+                "SELECT component, version FROM celery_durable_schema"
+            )).all())  # fmt: skip
+        assert versions == {"journal": 2}
+        assert origins == ORIGINS
+        entries = {k: v for k, v in BEAT_ENTRIES.items() if k != "gone"}
+        report = import_beat_schedule(durable, entries)
+        assert report.paused == ["gone"]
+        gone, api = durable.schedules.state("gone"), durable.schedules.state("api-made")
+        assert gone is not None and gone.paused
+        assert api is not None and not api.paused
+    finally:
+        durable.close()

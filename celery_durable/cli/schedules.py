@@ -30,7 +30,8 @@ from celery_durable.cli.common import (
     utc_json,
     utc_text,
 )
-from celery_durable.cli.views import schedule_json, status_of, upcoming
+from celery_durable.cli.views import is_overdue, schedule_json, status_of, upcoming
+from celery_durable.message import describe_origin, origin_label
 
 F = Callable[..., Any]
 
@@ -55,7 +56,9 @@ def _print_changed(verb: str, schedule_id: str, changed: bool, view: Any) -> Non
             {
                 "action": verb,
                 "changed": changed,
-                "schedule": None if view is None else schedule_json(view, current.app),
+                "schedule": None
+                if view is None
+                else schedule_json(view, current.app, current.durable.now()),
             }
         )
         return
@@ -84,12 +87,14 @@ def _already(verb: str, view: Any) -> str:
 @option("--all", "show_all", is_flag=True, help="Include deleted schedules.")
 @json_option
 def list_(show_all: bool) -> None:
-    """List schedules: their last run (due time of the newest decided run, UTC) and next due
-    time in UTC and in the schedule's zone."""
+    """List schedules: where each came from, its last run (due time of the newest decided
+    run, UTC) and next due time in UTC and in the schedule's zone, marked "(overdue)" when
+    it has passed and the run is not decided yet."""
     current = session()
     views = current.durable.schedules.list(include_deleted=show_all)
+    now = current.durable.now()
     if current.json:
-        emit_json([schedule_json(v, current.app) for v in views])
+        emit_json([schedule_json(v, current.app, now) for v in views])
         return
     if not views:
         echo("No schedules.")
@@ -97,6 +102,7 @@ def list_(show_all: bool) -> None:
     rows = []
     for view in views:
         zone = display_zone(view, current.app)
+        mark = " (overdue)" if is_overdue(view, now) else ""
         rows.append(
             (
                 view.id,
@@ -104,8 +110,9 @@ def list_(show_all: bool) -> None:
                 view.rule.describe(),
                 status_of(view),
                 utc_text(view.last_due),
-                utc_text(view.next_due),
+                utc_text(view.next_due) + mark,
                 local_text(view.next_due, zone),
+                origin_label(view.task, view.options),
             )
         )
     headers = (
@@ -116,6 +123,7 @@ def list_(show_all: bool) -> None:
         "LAST RUN (UTC)",
         "NEXT DUE (UTC)",
         "NEXT DUE (LOCAL)",
+        "ORIGIN",
     )
     echo(table(headers, rows))
 
@@ -151,7 +159,7 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
     recent = list(api.runs(schedule_id, limit=run_count or None))[:run_count]
     statuses = {r.run_id: run_state(current.durable, r) for r in recent}
     if current.json:
-        data = schedule_json(view, current.app)
+        data = schedule_json(view, current.app, current.durable.now())
         data["upcoming"] = [{"due": utc_json(d), "due_local": local_json(d, zone)} for d in coming]
         data["recent_runs"] = [run_json(r, statuses[r.run_id], zone) for r in recent]
         emit_json(data)
@@ -165,6 +173,7 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
                 ("Rule", view.rule.describe()),
                 ("Zone", zone),
                 ("Status", status_of(view)),
+                ("Origin", describe_origin(view.task, view.options)),
                 ("Catch-up", view.catch_up.value),
                 ("Overlap", view.overlap.value),
                 ("Start deadline", _span(view.start_deadline)),

@@ -15,6 +15,7 @@ from celery_durable.cli.common import (
     utc_json,
     utc_text,
 )
+from celery_durable.message import describe_origin, origin_label
 
 NOT_STARTED = ("skipped", "failed_to_start", "missed")
 """Schedule states of runs that never started: shown with their reason."""
@@ -28,8 +29,14 @@ def status_of(view: Any) -> str:
     return "complete" if view.complete else "active"
 
 
-def schedule_json(view: Any, app: Any) -> dict[str, Any]:
-    """The stable JSON form of a schedule (keys documented in docs/cli.md)."""
+def is_overdue(view: Any, now: datetime) -> bool:
+    """Whether the schedule's next due time has passed (no run decided for it yet)."""
+    return view.next_due is not None and view.next_due < now
+
+
+def schedule_json(view: Any, app: Any, now: datetime | None = None) -> dict[str, Any]:
+    """The stable JSON form of a schedule (keys documented in docs/cli.md); ``overdue`` is
+    judged at ``now`` (``False`` without it)."""
     zone = display_zone(view, app)
     return {
         "id": view.id,
@@ -48,6 +55,9 @@ def schedule_json(view: Any, app: Any) -> dict[str, Any]:
         "complete": view.complete,
         "next_due": utc_json(view.next_due),
         "next_due_local": local_json(view.next_due, zone),
+        "overdue": now is not None and is_overdue(view, now),
+        "origin": origin_label(view.task, view.options),
+        "origin_text": describe_origin(view.task, view.options),
         "anchor": utc_json(view.anchor),
         "created_at": utc_json(view.created_at),
         "runs_decided": view.runs_decided,

@@ -28,6 +28,7 @@ from celery_durable.core.journal import StoredEvent
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
 from celery_durable.errors import JournalError
+from celery_durable.message import origin_of
 from celery_durable.store.journal.schema import MYSQL_DIALECTS, progress, schedule_index
 from celery_durable.store.journal.sql import SqlJournal, one_of
 from celery_durable.store.snapshots import (
@@ -98,6 +99,7 @@ class ScheduleIndex:
         query = select(progress.c.position).where(progress.c.name == PROJECTION)
         if conn is not None:
             return int(conn.execute(query).scalar() or 0)
+        self.journal.ensure_ready()
         with self.journal.engine.connect() as c:
             return int(c.execute(query).scalar() or 0)
 
@@ -131,6 +133,13 @@ class ScheduleIndex:
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
         return found
+
+    def with_origin(self, origin: str) -> list[str]:
+        """The IDs of the rows whose schedule came from ``origin`` (an indexed read, D13)."""
+        self.journal.ensure_ready()
+        query = select(schedule_index.c.schedule_id).where(schedule_index.c.origin == origin)
+        with self.journal.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
 
     def events_after(self, position: int) -> list[StoredEvent]:
         """Every schedule event stored after ``position``, oldest first."""
@@ -195,6 +204,7 @@ def entry_row(
         "next_due": attention_of(state, live),
         "state": dumps(state.to_json()),
         "updated_at": now,
+        "origin": None if state.content is None else origin_of(state.content.options),
     }
 
 
@@ -212,7 +222,8 @@ def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     stmt = stmt.on_conflict_do_update(
         index_elements=[table.c.schedule_id],
         set_={
-            c: stmt.excluded[c] for c in ("version", "format", "next_due", "state", "updated_at")
+            c: stmt.excluded[c]
+            for c in ("version", "format", "next_due", "state", "updated_at", "origin")
         },
         where=table.c.version <= stmt.excluded.version,
     )
@@ -230,7 +241,7 @@ def _upsert_mysql(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     stmt = stmt.on_duplicate_key_update(
         [
             (c, case((newer, stmt.inserted[c]), else_=table.c[c]))
-            for c in ("format", "next_due", "state", "updated_at", "version")
+            for c in ("format", "next_due", "state", "updated_at", "origin", "version")
         ]
     )
     for start in range(0, len(rows), 1000):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,8 @@ def make(path: Path) -> None:
     durable.close()
 
 
-def main() -> None:
+def write_fixture(make: Callable[[Path], None], fixture: Path) -> None:
+    """Run ``make`` on a fresh SQLite file and copy it to ``fixture`` as one consistent file."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "journal.sqlite"
         make(path)
@@ -158,8 +160,12 @@ def main() -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("PRAGMA journal_mode = DELETE")
         conn.close()
-        shutil.copyfile(path, FIXTURE)
-    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)")
+        shutil.copyfile(path, fixture)
+    print(f"wrote {fixture} ({fixture.stat().st_size} bytes)")
+
+
+def main() -> None:
+    write_fixture(make, FIXTURE)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from celery_durable.core import limits
 from celery_durable.core.read_models import RunView, ScheduleView
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError
+from celery_durable.message import describe_origin, origin_label
 from celery_durable.store.journal.urls import redact
 
 RUNS_SHOWN = 25
@@ -296,6 +297,8 @@ class ScheduleAdmin(admin.ModelAdmin):
                 "status": status_of(v),
                 "late": late_text(v, now, late_after),
                 "url": self._url("change", v.id),
+                "origin": origin_label(v.task, v.options),
+                "origin_text": describe_origin(v.task, v.options),
                 "rule": breakable(v.rule.describe()),
                 "task": breakable(v.task),
                 "next_utc": utc_text(v.next_due),
@@ -434,6 +437,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             editable=editable,
             view=view,
             status=status_of(view),
+            origin=describe_origin(view.task, view.options),
             rule=view.rule.describe(),
             next_utc=utc_text(view.next_due),
             next_local=local_text(view.next_due),

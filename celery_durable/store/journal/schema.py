@@ -9,6 +9,7 @@ previous version.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -28,17 +29,21 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     insert,
+    inspect,
+    or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 from sqlalchemy.sql.compiler import DDLCompiler
 from sqlalchemy.types import TypeEngine
 
 from celery_durable.errors import JournalError
+from celery_durable.message import BEAT_ENTRY, IMPORTED, origin_of
 from celery_durable.store.journal.urls import normalize_url
 
 __all__ = [
@@ -164,6 +169,10 @@ schedule_index = Table(
     Column("next_due", UtcDateTime, nullable=True, index=True),
     Column("state", JsonText, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Where the schedule came from (message.origin_of): "beat_schedule", an importer's source,
+    # NULL for the API's. Beat's start-up reads the rows of its imports by it (D13). Journal
+    # schema version 2 (2026-12-04).
+    Column("origin", String(64), nullable=True, index=True),
     **_MYSQL_TABLE,
 )
 
@@ -252,11 +261,11 @@ def _create_table_mysql(element: CreateTable, compiler: DDLCompiler, **kw: Any) 
 
 
 #: The schema version this code writes, per component (rows of ``celery_durable_schema``).
-SCHEMA_VERSIONS: dict[str, int] = {"journal": 1}
+SCHEMA_VERSIONS: dict[str, int] = {"journal": 2}
 
 Migration = Callable[[Connection], None]
 # (component, version it produces) → function that upgrades from version - 1, in the caller's
-# transaction. Empty while every component is at version 1.
+# transaction.
 _MIGRATIONS: dict[tuple[str, int], Migration] = {}
 
 
@@ -271,6 +280,30 @@ def migration(component: str, to_version: int) -> Callable[[Migration], Migratio
         return func
 
     return register
+
+
+@migration("journal", 2)
+def _add_schedule_origin(conn: Connection) -> None:
+    """Journal version 2 (2026-12-04): the schedule index's ``origin`` column and its index,
+    filled from each row's stored options, so that beat's start-up reads only the schedules
+    it imported (D13). Safe to run on a table that has them already."""
+    table = schedule_index
+    column = table.c.origin
+    found = inspect(conn)
+    if column.name not in {c["name"] for c in found.get_columns(table.name)}:
+        spec = CreateColumn(column).compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {spec}"))
+    (index,) = [i for i in table.indexes if list(i.columns) == [column]]
+    if index.name not in {i["name"] for i in inspect(conn).get_indexes(table.name)}:
+        conn.execute(CreateIndex(index))
+    # Only rows whose JSON names a marker option can have an origin: the rest stay NULL.
+    marked = or_(table.c.state.like(f'%"{BEAT_ENTRY}"%'), table.c.state.like(f'%"{IMPORTED}"%'))
+    rows = conn.execute(select(table.c.schedule_id, table.c.state).where(marked)).all()
+    for sid, state in rows:
+        content = json.loads(state).get("content") or {}
+        origin = origin_of(content.get("options") or {})
+        if origin is not None:
+            conn.execute(update(table).where(table.c.schedule_id == sid).values(origin=origin))
 
 
 def ensure_schema(conn: Connection) -> None:

@@ -30,6 +30,7 @@ from .common import (
     fmt,
     journal,
     med,
+    proc_cpu,
     proc_status,
     ratio,
     read_mark,
@@ -60,6 +61,7 @@ def burst_beat_once(
         p = spawn(beat_cmd(td), beat_env(url, a.redis_url, mark), td / "beat.log")
         spy = start_py_spy(a, p.pid, bench, a.timeout) if bench == "memory_burst" else None
         t_first = t_all_q = t_all_started = None
+        cpu_all_started = None
         hwm = 0.0
         llen = 0
         last_count = 0.0
@@ -82,7 +84,7 @@ def burst_beat_once(
                     last_count = now
                     counts = type_counts(durable, head)
                     if counts.get("RunStarted", 0) >= n and t_all_started is None:
-                        t_all_started = time.time() - t0
+                        t_all_started, cpu_all_started = time.time() - t0, proc_cpu(p.pid)
                 if t_all_q is not None and t_all_started is not None:
                     break
                 time.sleep(a.poll)
@@ -109,6 +111,7 @@ def burst_beat_once(
                 "t_all_queued_s": t_all_q,
                 "t_all_decided_s": t_all_decided,
                 "t_all_started_s": t_all_started,
+                "cpu_all_started_s": cpu_all_started,
                 "t_last_started_recorded_at_s": t_last_started_rec,
                 "runs_per_s_e2e": (n / t_all_started) if t_all_started else None,
                 "dispatch_s": disp,

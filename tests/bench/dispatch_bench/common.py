@@ -95,6 +95,16 @@ def proc_status(pid: int, key: str) -> float | None:
     return None
 
 
+def proc_cpu(pid: int) -> float | None:
+    """A process's CPU time so far (user + system, s), from ``/proc/<pid>/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,6 +25,7 @@ from .common import (
     fmt,
     med,
     pg_journal,
+    proc_cpu,
     proc_status,
     read_mark,
     redis_client,
@@ -116,12 +117,14 @@ def startup_once(
         t0 = time.time()
         p = spawn(cmd, env, td / "proc.log")
         t_decided = t_first_msg = t_all_started = None
+        cpu_decided = cpu_started = None
         hwm = 0.0
         try:
             while time.time() - t0 < a.timeout:
                 now = time.time() - t0
+                cpu = proc_cpu(p.pid)
                 if t_decided is None and first_decided(durable, head):
-                    t_decided = now
+                    t_decided, cpu_decided = now, cpu
                 if t_first_msg is None and r.llen("celery"):
                     t_first_msg = time.time() - t0
                 hwm = max(hwm, proc_status(p.pid, "VmHWM") or 0.0)
@@ -130,7 +133,7 @@ def startup_once(
                     and t_all_started is None
                     and type_counts(durable, head).get("RunStarted", 0) >= due_now
                 ):
-                    t_all_started = time.time() - t0
+                    t_all_started, cpu_started = time.time() - t0, proc_cpu(p.pid)
                 if t_all_started is not None or p.poll() is not None:
                     break
                 time.sleep(0.01 if t_decided is None else 0.05)
@@ -162,6 +165,8 @@ def startup_once(
             "t_due_started_s": t_all_started,
             "due_at_start": due_now,
             "peak_rss_mib": hwm,
+            "cpu_first_decision_s": cpu_decided,
+            "cpu_due_started_s": cpu_started,
             **{f"child_{k}": v for k, v in child.items()},
             "log_tail": log_tail,
         }
@@ -228,10 +233,11 @@ def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
             w("")
         w(
             "| dataset | start | reps | launch→ready (s) | launch→first decision stored (s) | "
-            "launch→first msg (s) | launch→1,000 due started (s) | child: Durable+dispatcher()+load (s) "
+            "CPU to first decision (s) | launch→first msg (s) | launch→1,000 due started (s) | "
+            "CPU to 1,000 started (s) | child: Durable+dispatcher()+load (s) "
             "| child: to end of first tick (s) | peak RSS (MiB) |"
         )
-        w("|---|---|---|---|---|---|---|---|---|---|")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
         meds: dict[tuple[str, str], float | None] = {}
         for mode in ("beat", "inproc"):
             for ds in ("no_history", "history"):
@@ -247,8 +253,10 @@ def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
                 w(
                     f"| {ds} | {label} | {len(rows)} | {fmt([x['t_ready_s'] for x in rows])} "
                     f"| {fmt([x['t_first_decision_s'] for x in rows])} "
+                    f"| {fmt([x.get('cpu_first_decision_s') for x in rows])} "
                     f"| {fmt([x['t_first_msg_s'] for x in rows])} "
                     f"| {fmt([x['t_due_started_s'] for x in rows])} "
+                    f"| {fmt([x.get('cpu_due_started_s') for x in rows])} "
                     f"| {fmt([x.get('child_load_s') for x in rows], 3)} "
                     f"| {fmt([x.get('child_first_tick_done_s') for x in rows], 3)} "
                     f"| {fmt([x['peak_rss_mib'] for x in rows], 1)} |"
