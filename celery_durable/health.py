@@ -20,10 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
 from celery_durable.schedules import ScheduleStore
-from celery_durable.store.journal.schema import schedule_index
 from celery_durable.store.lease import LeaseFacts, read_lease
 
 if TYPE_CHECKING:
@@ -132,17 +129,8 @@ def oldest_waiting(runtime: Runtime, now: datetime) -> Waiting | None:
     The index rows may lag a tick behind the events (D2): each candidate row is checked
     against its schedule's newest events before it counts.
     """
-    journal = runtime.journal
-    column = schedule_index.c.next_due
-    with journal.engine.connect() as conn:
-        rows = conn.execute(
-            select(schedule_index.c.schedule_id)
-            .where(column.is_not(None), column <= now)
-            .order_by(column)
-            .limit(CANDIDATES)
-        ).all()
     store = ScheduleStore(runtime)
-    for (sid,) in rows:
+    for sid in runtime.index.waiting_at(now, CANDIDATES):
         attention = store.load(sid).attention()
         if attention is not None and attention <= now:
             return Waiting(schedule=sid, since=attention)

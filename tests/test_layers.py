@@ -332,3 +332,42 @@ def test_the_live_state_check_sees_each_kind() -> None:
         "line 6: _NOW = ContextVar(...)",
         "line 7: _LOCAL = local(...)",
     ]
+
+
+#: Modules outside ``store/`` that still import SQLAlchemy. The store is to be the only place
+#: that speaks SQL to the journal: this set may only shrink.
+SQL_OUTSIDE_STORE = {
+    "celery_durable.beat",  # its exception types (a journal away at start-up)
+    "celery_durable.dispatch.recorder",  # the connection of its transaction
+    "celery_durable.worker.context",  # exception types
+    "celery_durable.worker.durable_task",  # exception types
+    "celery_durable.contrib.django",  # a journal URL from Django's DATABASES
+    "celery_durable.importers.django_beat",  # reads the peer's tables, not the journal
+    "celery_durable.testing",  # creates the test journal's database
+}
+
+
+def sqlalchemy_users() -> set[str]:
+    """Modules (migrations and the store excluded) that import SQLAlchemy, at any depth."""
+    users = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if "migrations" in parts or parts[1:2] == ["store"]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            if any(n.split(".")[0] == "sqlalchemy" for n in names):
+                users.add(".".join(parts))
+    return users
+
+
+def test_only_the_store_speaks_sql() -> None:
+    assert sqlalchemy_users() == SQL_OUTSIDE_STORE

@@ -159,18 +159,11 @@ class Session:
 
     def secrets(self) -> list[str]:
         """Passwords of the journal URL, scrubbed from any error message."""
-        from sqlalchemy.engine import make_url
+        from celery_durable.store.journal.urls import password_of
 
-        found = []
         configured = self.app.conf.get("durable_url") if self.app is not None else None
-        for url in (self.url, configured, os.environ.get("CELERY_DURABLE_URL")):
-            try:
-                password = make_url(url).password if url else None
-            except Exception:
-                continue
-            if password:
-                found.append(str(password))
-        return found
+        urls = (self.url, configured, os.environ.get("CELERY_DURABLE_URL"))
+        return [p for p in map(password_of, urls) if p]
 
 
 def _require_journal(url: str) -> None:

@@ -58,18 +58,15 @@ def _ignored(app: Any) -> dict[str, str]:
 
 def _scrubbed(read: Callable[[], Any], url: str, what: str) -> Any:
     """``read()``; an error becomes one line without the URL's password."""
-    from sqlalchemy.engine import make_url
+    from celery_durable.store.journal.urls import password_of
 
     try:
         return read()
     except Exception as exc:
         message = f"cannot read {what}: {type(exc).__name__}: {exc}"
-        try:
-            password = make_url(url).password
-        except Exception:
-            password = None
+        password = password_of(url)
         if password:
-            message = message.replace(str(password), "***")
+            message = message.replace(password, "***")
         raise CliError(message) from None
 
 

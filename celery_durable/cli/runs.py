@@ -4,7 +4,7 @@ journals of durable runs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -50,31 +50,6 @@ def runs() -> None:
 
 
 # -- reading ---------------------------------------------------------------------------------
-
-
-def run_rows_by_id(durable: Any, run_ids: Iterable[str] | None) -> dict[str, dict[str, Any]]:
-    """Rows of ``celery_durable_runs`` (all when ``run_ids`` is None), by run ID."""
-    from sqlalchemy import select
-
-    from celery_durable.store.journal.schema import runs as runs_table
-
-    journal = durable.journal
-    journal.ensure_ready()
-    query = select(runs_table)
-    found: dict[str, dict[str, Any]] = {}
-    with journal.engine.connect() as conn:
-        if run_ids is None:
-            chunks: list[Any] = [conn.execute(query)]
-        else:
-            ids = list(run_ids)
-            chunks = [
-                conn.execute(query.where(runs_table.c.run_id.in_(ids[i : i + 500])))
-                for i in range(0, len(ids), 500)
-            ]
-        for result in chunks:
-            for row in result:
-                found[row.run_id] = dict(row._mapping)
-    return found
 
 
 def _runs_of(api: Any, schedule_id: str) -> list[Any]:
@@ -125,7 +100,7 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
     zones = {v.id: display_zone(v, current.app) for v in schedule_views}
     # Any: ``Schedules.list`` shadows ``list`` in the library's annotations (mypy).
     views: list[Any] = [r for v in schedule_views for r in _runs_of(api, v.id)]
-    rows = run_rows_by_id(durable, None if schedule_id is None else [v.run_id for v in views])
+    rows = durable.runs.rows(None if schedule_id is None else [v.run_id for v in views])
     states = {v.run_id: combined_state(v, rows.get(v.run_id)) for v in views}
     items: list[tuple[datetime, dict[str, Any], Any]] = [
         (v.due, run_json(v, states[v.run_id], zones.get(v.schedule_id)), v) for v in views

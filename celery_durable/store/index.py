@@ -110,6 +110,20 @@ class ScheduleIndex:
             rows = conn.execute(select(schedule_index.c.schedule_id, schedule_index.c.next_due))
             return dict(rows.all())
 
+    def waiting_at(self, now: datetime, limit: int) -> list[str]:
+        """The IDs of up to ``limit`` schedules whose ``next_due`` is at or before ``now``,
+        oldest first (an indexed read: the health check's candidates, O3)."""
+        self.journal.ensure_ready()
+        column = schedule_index.c.next_due
+        query = (
+            select(schedule_index.c.schedule_id)
+            .where(column.is_not(None), column <= now)
+            .order_by(column)
+            .limit(limit)
+        )
+        with self.journal.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
     def count(self) -> int:
         self.journal.ensure_ready()
         with self.journal.engine.connect() as conn:

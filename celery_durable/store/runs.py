@@ -236,6 +236,25 @@ class RunStore:
                 found.update((r, s) for r, s in conn.execute(query))
         return found
 
+    def rows(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """The rows of these runs (every row when ``run_ids`` is None) as dicts, by run ID."""
+        self.journal.ensure_ready()
+        query = select(runs_table)
+        found: dict[str, dict[str, Any]] = {}
+        with self.journal.engine.connect() as conn:
+            if run_ids is None:
+                chunks: builtins.list[Any] = [conn.execute(query)]
+            else:
+                ids = builtins.list(run_ids)
+                chunks = [
+                    conn.execute(query.where(runs_table.c.run_id.in_(ids[i : i + 500])))
+                    for i in range(0, len(ids), 500)
+                ]
+            for result in chunks:
+                for row in result:
+                    found[row.run_id] = dict(row._mapping)
+        return found
+
     def list(
         self, *, status: str | None = None, limit: int | None = None
     ) -> builtins.list[dict[str, Any]]:

@@ -160,6 +160,18 @@ def split_secrets(url: URL) -> tuple[URL, dict[str, str]]:
     return url.difference_update_query(keys), secrets
 
 
+def password_of(url: str | URL | None) -> str | None:
+    """The password written in a database URL (to scrub it from messages); ``None`` when the
+    URL has none or cannot be read."""
+    if not url:
+        return None
+    try:
+        password = _parse(url).password
+    except Exception:
+        return None
+    return str(password) if password else None
+
+
 def redact(url: str | URL) -> str:
     """The URL as text that is safe to log: the password (also in the query) becomes ``***``."""
     try:
