@@ -12,7 +12,6 @@ from typing import Any
 
 from celery import Celery
 from celery.beat import Scheduler
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from celery_durable.beat_import import (
     default_entries,
@@ -26,9 +25,13 @@ from celery_durable.dispatch.dispatcher import Dispatcher
 from celery_durable.errors import DurableError, JournalError, JournalUnavailable
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
+from celery_durable.store.journal.sql import JOURNAL_AWAY
 from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
+
+_JOURNAL_DOWN: tuple[type[Exception], ...] = (JournalUnavailable, *JOURNAL_AWAY)
+"""What a journal that cannot be reached raises; beat logs it and tries again."""
 
 __all__ = ["DurableScheduler", "import_beat_schedule"]
 
@@ -57,7 +60,7 @@ class DurableScheduler(Scheduler):
         self._check_settings(self._runtime)
         try:
             self._setup()
-        except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+        except _JOURNAL_DOWN as exc:
             self._journal_down(exc, " at start-up")
 
     def _check_settings(self, runtime: Runtime) -> None:
@@ -105,7 +108,7 @@ class DurableScheduler(Scheduler):
         if self._dispatcher is None:
             try:
                 self._setup()
-            except (JournalUnavailable, OperationalError, InterfaceError) as exc:
+            except _JOURNAL_DOWN as exc:
                 return self._journal_down(exc, " at start-up")
         dispatcher = self._dispatcher
         if dispatcher is None:  # _setup sets it or raises

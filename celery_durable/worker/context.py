@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy.exc import (
-    DisconnectionError,
-    InterfaceError,
-    OperationalError,
-    PendingRollbackError,
-)
 
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import idempotency_key, run_stream
@@ -41,7 +33,7 @@ from celery_durable.core.run_aggregate import (
 )
 from celery_durable.errors import DurableError, JournalUnavailable
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.journal.sql import connection_lost
+from celery_durable.store.journal.sql import connection_lost, journal_errors
 from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
@@ -334,16 +326,6 @@ class RunContext:
         the run must not go to sleep."""
         state = self.state
         return state.cancel_pending or (wait is not None and state.pending_signal(wait) is not None)
-
-
-@contextmanager
-def journal_errors() -> Iterator[None]:
-    """Turn a lost journal connection in the library's own reads and writes into
-    :class:`JournalUnavailable`, so it is never mistaken for a failure of the task body."""
-    try:
-        yield
-    except (OperationalError, InterfaceError, PendingRollbackError, DisconnectionError) as exc:
-        raise JournalUnavailable(f"journal unavailable: {type(exc).__name__}: {exc}") from exc
 
 
 def claim_row(owner: str, lease_until: datetime) -> dict[str, Any]:

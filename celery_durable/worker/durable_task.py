@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 from celery import Task
 from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
-from sqlalchemy.exc import SQLAlchemyError
 
 from celery_durable.config import ConfigError
 from celery_durable.core.codec import check_json_value
@@ -46,6 +45,7 @@ from celery_durable.core.run_aggregate import (
 from celery_durable.errors import DurableError, JournalError, JournalUnavailable, RunParked
 from celery_durable.message import OWNER_HEADER, decode_args, message_json
 from celery_durable.store.conflicts import retry_on_conflict
+from celery_durable.store.journal.sql import DatabaseError, journal_errors
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
 from celery_durable.worker.context import (
     DeliveryKilled,
@@ -54,7 +54,6 @@ from celery_durable.worker.context import (
     RunContext,
     Suspend,
     claim_row,
-    journal_errors,
 )
 from celery_durable.worker.run_ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
 
@@ -326,7 +325,7 @@ def _deliver_once(
 ) -> Any:
     try:
         run = _claimed(task, run_id, args, kwargs, eager, owner)
-    except (JournalError, SQLAlchemyError, ConfigError) as exc:
+    except (JournalError, DatabaseError, ConfigError) as exc:
         # ConfigError: a durable_* setting the journal cannot be opened with.
         raise _NotClaimed(exc) from exc
     if run is None:

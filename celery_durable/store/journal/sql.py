@@ -63,6 +63,7 @@ from sqlalchemy.exc import (
     IntegrityError,
     InterfaceError,
     OperationalError,
+    PendingRollbackError,
     ProgrammingError,
     SQLAlchemyError,
 )
@@ -119,6 +120,29 @@ _events = schema.events
 
 
 _DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg_binary": "postgres", "psycopg_c": "postgres"}
+
+
+JOURNAL_AWAY: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    PendingRollbackError,
+    DisconnectionError,
+)
+"""The database layer's errors that mean the journal cannot be reached right now (the server is
+down, refused or dropped the connection): what beat and workers wait out instead of failing."""
+
+DatabaseError = SQLAlchemyError
+"""Any error of the database layer (for callers that must not import it themselves)."""
+
+
+@contextmanager
+def journal_errors() -> Iterator[None]:
+    """Turn a lost journal connection in the library's own reads and writes into
+    :class:`JournalUnavailable`, so it is never mistaken for a failure of the task body."""
+    try:
+        yield
+    except JOURNAL_AWAY as exc:
+        raise JournalUnavailable(f"journal unavailable: {type(exc).__name__}: {exc}") from exc
 
 
 def connection_lost(error: BaseException | None) -> bool:
