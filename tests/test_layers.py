@@ -337,7 +337,6 @@ def test_the_live_state_check_sees_each_kind() -> None:
 #: Modules outside ``store/`` that still import SQLAlchemy. The store is to be the only place
 #: that speaks SQL to the journal: this set may only shrink.
 SQL_OUTSIDE_STORE = {
-    "celery_durable.dispatch.recorder",  # the connection of its transaction
     "celery_durable.contrib.django",  # a journal URL from Django's DATABASES
     "celery_durable.importers.django_beat",  # reads the peer's tables, not the journal
     "celery_durable.testing",  # creates the test journal's database

@@ -12,8 +12,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.engine import Connection
-
 from celery_durable import signals
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.journal import Append
@@ -23,7 +21,7 @@ from celery_durable.dispatch.state import StateCache
 from celery_durable.errors import AppendConflict
 from celery_durable.message import Resend
 from celery_durable.store.index import entry_row, upsert
-from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.journal.sql import SqlJournal, Transaction
 from celery_durable.store.runs import RunStore
 
 Clock = Callable[[], datetime]
@@ -80,7 +78,7 @@ class Recorder:
         commands: dict[str, list[Command]],
         *,
         rows: bool = False,
-        extra: Callable[[Connection], None] | None = None,
+        extra: Callable[[Transaction], None] | None = None,
     ) -> int:
         """Decide and append every schedule's commands in one transaction.
 

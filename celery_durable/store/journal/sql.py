@@ -134,6 +134,10 @@ down, refused or dropped the connection): what beat and workers wait out instead
 DatabaseError = SQLAlchemyError
 """Any error of the database layer (for callers that must not import it themselves)."""
 
+Transaction = Connection
+"""The connection of a write transaction from :meth:`SqlJournal.transaction`: what a caller
+hands to the store's ``…_in(conn, …)`` writes so that they commit together."""
+
 
 @contextmanager
 def journal_errors() -> Iterator[None]:
