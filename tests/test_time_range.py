@@ -144,6 +144,7 @@ HUGE = [
 
 @pytest.mark.parametrize(("args", "words"), HUGE)
 def test_cli_refuses_huge_values_in_one_line(sqlite_url: str, args: list[str], words: str) -> None:
+    ok(sqlite_url, "db", "init")  # a read of a journal that does not exist is refused
     line = fails(sqlite_url, 2, "schedules", "create", "s", "cli.backup", *args)
     assert words in line and len(line) < 300, line
     assert "No schedules." in ok(sqlite_url, "schedules", "list")
