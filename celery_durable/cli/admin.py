@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -112,7 +113,7 @@ def prune(older_than: str | None, dry_run: bool) -> None:
     age = duration(older_than, "--older-than") if older_than is not None else None
     if age is not None and age <= timedelta(0):
         raise invalid(f"--older-than must be positive, not {older_than!r}")
-    stderr = click.get_text_stream("stderr")
+    stderr = sys.stderr
     shown = _progress_line(stderr) if stderr.isatty() else None
     try:
         report = current.durable.prune(age, dry_run=dry_run, progress=shown)
