@@ -43,14 +43,6 @@ class BeatObjects:
         with self._lock:
             self._objects[entry] = (schedule, on_grid)
 
-    def unbind(self, entry: str) -> None:
-        """Forget the schedule object of ``entry``."""
-        with self._lock:
-            self._objects.pop(entry, None)
-
-    def __contains__(self, entry: object) -> bool:
-        return entry in self._objects
-
     def next_due(self, entry: str, after: datetime) -> datetime | None:
         """The entry's next due time after its last run at ``after``, by the object's clock."""
         return self._ask(entry, after, None)
