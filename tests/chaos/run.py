@@ -374,15 +374,45 @@ def parse_due(text: str) -> datetime:
     return datetime.fromisoformat(text.rstrip("Z")).replace(tzinfo=UTC)
 
 
-def unfinished(journal_db: JournalDb, cutoff: datetime) -> int:
-    """Runs due by ``cutoff`` that have not ended (a Faulted one counts as ended here: it will
-    never finish, and the checks report it)."""
+def gaps(
+    durable: Any, decided: list[tuple[str, str, str]], cutoff: datetime
+) -> tuple[int, int, int]:
+    """Due times of the rules up to ``cutoff`` that no decision covers, decisions off the
+    rules' grid, and how many due times there were up to ``cutoff``."""
+    dues_of: dict[str, set[datetime]] = defaultdict(set)
+    for sid, due, _ in decided:
+        dues_of[sid].add(parse_due(due))
+    lost = off_grid = expected_total = 0
+    for view in durable.schedules.list():
+        got = dues_of.get(view.id, set())
+        expected: set[datetime] = set()
+        moment = view.anchor
+        horizon = max([cutoff, *got])
+        while True:
+            moment = view.rule.next_after(moment, anchor=view.anchor)
+            if moment is None or moment > horizon:
+                break
+            expected.add(moment)
+        before_cut = {d for d in expected if d <= cutoff}
+        expected_total += len(before_cut)
+        lost += len(before_cut - got)
+        off_grid += len(got - expected)
+    return lost, off_grid, expected_total
+
+
+def unfinished(durable: Any, journal_db: JournalDb, cutoff: datetime) -> int:
+    """Due times up to ``cutoff`` not yet decided (a beat killed just before the cut-off
+    leaves them to the next one, after the lease), plus runs due by ``cutoff`` that have not
+    ended (a Faulted one counts as ended here: it will never finish, and the checks report
+    it)."""
     with journal_db.connect() as conn:
         ends = run_endings(conn)
-        return sum(
-            1 for _, due, rid in decided_runs(conn)
-            if parse_due(due) <= cutoff and not ends.get(rid)
-        )  # fmt: skip
+        decided = decided_runs(conn)
+    undecided = gaps(durable, decided, cutoff)[0]
+    return undecided + sum(
+        1 for _, due, rid in decided
+        if parse_due(due) <= cutoff and not ends.get(rid)
+    )  # fmt: skip
 
 
 def check(
@@ -429,24 +459,7 @@ def check(
         report.add(f"{kind} events", other.get(kind, 0), other.get(kind, 0) == 0)
 
     # Gaps: every due time of the rule from the anchor to the cut-off must be decided.
-    dues_of: dict[str, set[datetime]] = defaultdict(set)
-    for sid, due, _ in decided:
-        dues_of[sid].add(parse_due(due))
-    lost = off_grid = expected_total = 0
-    for view in durable.schedules.list():
-        got = dues_of.get(view.id, set())
-        expected: set[datetime] = set()
-        moment = view.anchor
-        horizon = max([cutoff, *got])
-        while True:
-            moment = view.rule.next_after(moment, anchor=view.anchor)
-            if moment is None or moment > horizon:
-                break
-            expected.add(moment)
-        before_cut = {d for d in expected if d <= cutoff}
-        expected_total += len(before_cut)
-        lost += len(before_cut - got)
-        off_grid += len(got - expected)
+    lost, off_grid, expected_total = gaps(durable, decided, cutoff)
     report.add("due times up to the cut-off", expected_total)
     report.add("lost due times (gaps)", lost, lost == 0)
     report.add("decided off the rule's grid", off_grid, off_grid == 0)
@@ -673,12 +686,15 @@ def run_phases(
     for locker in lockers:
         locker.join()
     cutoff = datetime.now(UTC)
-    log(f"faults stopped at {cutoff:%H:%M:%S}; draining (every run due until now must finish)")
+    log(
+        f"faults stopped at {cutoff:%H:%M:%S}; draining "
+        "(every due time until now must be decided and its run finish)"
+    )
     drain_started = time.monotonic()
     remaining = -1
     while time.monotonic() - drain_started < args.drain_timeout:
         try:
-            remaining = unfinished(journal_db, cutoff)
+            remaining = unfinished(durable, journal_db, cutoff)
         except (psycopg.Error, sa.exc.SQLAlchemyError) as exc:
             log(f"journal read failed: {exc}")
         if remaining == 0:
