@@ -201,7 +201,9 @@ class Durable:
         from celery_durable.store.retention import Pruner
 
         config = self.config
-        pruner = Pruner(self.journal, self.index, batch=config.prune_batch)
+        pruner = Pruner(
+            self.journal, self.index, batch=config.prune_batch, fault=self.runtime.fault
+        )
         now = self.now()
         if not dry_run:
             pruner.catch_up_index(now)

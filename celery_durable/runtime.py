@@ -8,6 +8,8 @@ first use.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import weakref
@@ -30,6 +32,25 @@ Clock = Callable[[], datetime]
 
 _BY_APP: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
 _BY_APP_LOCK = threading.Lock()
+
+
+CRASH_VARIABLE = "CELERY_DURABLE_TEST_CRASH"
+"""The environment variable crash tests set to a fault point's name (:func:`crash_at`)."""
+
+
+def crash_at(point: str | None) -> Callable[[str], None]:
+    """A fault hook that dies like ``kill -9`` at the fault point named ``point`` (none: never).
+
+    The dispatcher and retention call the runtime's hook at named points (``after-decide``,
+    ``prune-batch``, ``prune-runs``); end-to-end tests set :data:`CRASH_VARIABLE` in a child
+    process to prove that a crash there loses nothing (A6, O1).
+    """
+
+    def fault(name: str) -> None:
+        if name == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return fault
 
 
 def system_clock() -> datetime:
@@ -55,6 +76,8 @@ class Runtime:
         # A test clock may also sleep (by moving itself): the worker's short waits (a retry
         # back-off, a sleep of up to a second) then take no wall time (celery_durable.testing).
         self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
+        self.fault: Callable[[str], None] = crash_at(os.environ.get(CRASH_VARIABLE))
+        """Called at the dispatcher's and retention's fault points with the point's name."""
         self.step_hooks: list[Callable[[str, str, int, str], None]] = []
         """Called in the worker as ``hook(moment, run_id, position, name)``: ``"call"`` before a
         step's function runs, ``"stored"`` once its result is stored. A hook may raise

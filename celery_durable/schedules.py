@@ -51,8 +51,7 @@ from celery_durable.core.schedule_aggregate import (
     Pause,
     Resume,
     ScheduleState,
-    decide,
-    fold_all,
+    decide_all,
 )
 from celery_durable.core.schedule_events import (
     Content,
@@ -529,12 +528,7 @@ class ScheduleStore:
         def attempt() -> list[ScheduleEvent]:
             state = self.load(schedule_id)
             made = make(self._runtime.now())
-            events: list[ScheduleEvent] = []
-            folded = state
-            for command in made if isinstance(made, Sequence) else [made]:
-                produced = decide(folded, command)
-                folded = fold_all(folded, produced)
-                events.extend(produced)
+            events, _ = decide_all(state, made if isinstance(made, Sequence) else [made])
             if events:
                 journal.append(stream, state.version, [to_new_event(e) for e in events])
             return events

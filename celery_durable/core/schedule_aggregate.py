@@ -716,3 +716,16 @@ def fold_all(state: ScheduleState, events: Iterable[ScheduleEvent]) -> ScheduleS
     for event in events:
         state = fold(state, event)
     return state
+
+
+def decide_all(
+    state: ScheduleState, commands: Iterable[Command]
+) -> tuple[list[ScheduleEvent], ScheduleState]:
+    """Decide commands in turn, each on the state the ones before it left; the events of all
+    of them (appended together, all or nothing) and the state after them."""
+    events: list[ScheduleEvent] = []
+    for command in commands:
+        produced = decide(state, command)
+        state = fold_all(state, produced)
+        events.extend(produced)
+    return events, state

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import signal
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -206,7 +204,7 @@ class Dispatcher:
                 if not publisher.task_missing(states[sid], now, self.live)
             }
         )
-        _crash_point("after-decide")
+        self.runtime.fault("after-decide")  # crash tests: decided, not yet sent (A6)
         retry_at = publisher.retry_at
         sendable = [
             (sid, p)
@@ -290,16 +288,6 @@ class Dispatcher:
             self.lease.release()
         except Exception:  # closing must not fail on a journal that is away
             log.warning("could not release the dispatcher lease", exc_info=True)
-
-
-def _crash_point(name: str) -> None:
-    """Die here, like ``kill -9``, when ``CELERY_DURABLE_TEST_CRASH`` names this point.
-
-    Only end-to-end tests set the variable: they prove that a crash between storing a decision
-    and enqueueing it loses nothing (A6).
-    """
-    if os.environ.get("CELERY_DURABLE_TEST_CRASH") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def content_rule_next(

@@ -33,7 +33,7 @@ class PruneJob:
 
     def __init__(self, runtime: Runtime, index: ScheduleIndex, lease: Lease) -> None:
         config = runtime.config
-        self.pruner = Pruner(runtime.journal, index, batch=config.prune_batch)
+        self.pruner = Pruner(runtime.journal, index, batch=config.prune_batch, fault=runtime.fault)
         self.retention = config.retention
         self.interval = timedelta(seconds=config.prune_interval)
         self.lease = lease

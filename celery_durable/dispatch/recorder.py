@@ -15,7 +15,7 @@ from datetime import datetime
 from celery_durable import signals
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.journal import Append
-from celery_durable.core.schedule_aggregate import Command, ScheduleState, decide, fold_all
+from celery_durable.core.schedule_aggregate import Command, ScheduleState, decide_all
 from celery_durable.core.schedule_events import RunsMissed, ScheduleEvent, to_new_event
 from celery_durable.dispatch.state import StateCache
 from celery_durable.errors import AppendConflict
@@ -65,13 +65,7 @@ class Recorder:
         self, sid: str, commands: Sequence[Command]
     ) -> tuple[list[ScheduleEvent], ScheduleState]:
         """The events of these commands on the cached state, and the state after them."""
-        state = self.cache.states[sid]
-        out: list[ScheduleEvent] = []
-        for command in commands:
-            events = decide(state, command)
-            state = fold_all(state, events)
-            out.extend(events)
-        return out, state
+        return decide_all(self.cache.states[sid], commands)
 
     def append(
         self,

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -156,28 +154,29 @@ class _Scan:
             )
 
 
-def _crash_point(name: str) -> None:
-    """Die here, like ``kill -9``, when ``CELERY_DURABLE_TEST_CRASH`` names this point (tests)."""
-    if os.environ.get("CELERY_DURABLE_TEST_CRASH") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class Pruner:
     """Removes what retention allows, in batches of ``batch`` rows.
 
     ``keep_going`` is asked before each batch: the dispatcher's job stops there when it lost
     its lease. ``pause`` seconds are slept between batches so that other writers (the
-    dispatcher's decisions) get the journal in between on SQLite.
+    dispatcher's decisions) get the journal in between on SQLite. ``fault`` is the runtime's
+    fault hook, called at the named points ``prune-batch`` and ``prune-runs`` (crash tests).
     """
 
     def __init__(
-        self, journal: SqlJournal, index: ScheduleIndex, *, batch: int = DEFAULT_BATCH
+        self,
+        journal: SqlJournal,
+        index: ScheduleIndex,
+        *,
+        batch: int = DEFAULT_BATCH,
+        fault: Callable[[str], None] = lambda point: None,
     ) -> None:
         if batch < 1:
             raise ValueError(f"batch must be at least 1, not {batch!r}")
         self.journal = journal
         self.index = index
         self.batch = batch
+        self.fault = fault
 
     def prune(
         self,
@@ -367,7 +366,7 @@ class Pruner:
         with self.journal.transaction() as conn:
             for state, through in covered.values():
                 SnapshotStore.write(conn, state, through, seen.now)
-            _crash_point("prune-batch")
+            self.fault("prune-batch")
             _delete_positions(conn, positions)
         return set(positions)
 
@@ -407,7 +406,7 @@ class Pruner:
                 gone = conn.execute(
                     delete(table).where(one_of(conn, table.c.run_id, ids), table.c.status.in_(OVER))
                 ).rowcount
-                _crash_point("prune-runs")
+                self.fault("prune-runs")
                 if gone != len(ids):
                     still = select(table.c.run_id).where(one_of(conn, table.c.run_id, ids))
                     kept = {row[0] for row in conn.execute(still)}
