@@ -1,35 +1,27 @@
 """The SQL journal: SQLAlchemy Core over SQLite (a file), PostgreSQL (psycopg 3) or MySQL/MariaDB.
 
-Three decisions shape this module; docs/journal.md gives the measurements behind them.
+This module holds what the three share; what differs lives in one module per database
+(:mod:`.sqlite`, :mod:`.postgres`, :mod:`.mysql`, behind :class:`.database.Database`).
+Three decisions shape the journal; docs/journal.md gives the measurements behind them.
 
 * **No read before write.** An append is one ``INSERT … SELECT … WHERE`` statement per event.
   The unique ``(stream, version)`` constraint catches a writer that got there first; the
   ``WHERE`` refuses an event whose previous version does not exist, so an expected version
   beyond the end of the stream cannot leave a gap. Both checks run inside the statement that
   stores the event, so the normal path costs no extra round trip.
-* **SQLite writers queue instead of deadlocking.** Write transactions start with
-  ``BEGIN IMMEDIATE``: the write lock is taken before anything is read, so two processes never
-  both hold a read lock and wait for each other to upgrade it.
-* **PostgreSQL commit order equals position order for ordered categories.** Positions come
-  from a sequence and are handed out at INSERT, not at COMMIT; a transaction-scoped advisory lock
-  per ordered category makes writers of that category insert and commit one after another.
-  MySQL/MariaDB hand out ``AUTO_INCREMENT`` positions at INSERT too; there the lock is the
-  category's row of ``celery_durable_locks``, locked by an ``INSERT … ON DUPLICATE KEY UPDATE``
-  (an exclusive row lock that InnoDB holds until COMMIT or ROLLBACK, like the advisory lock).
+* **SQLite writers queue instead of deadlocking** (``BEGIN IMMEDIATE``, :mod:`.sqlite`).
+* **Commit order equals position order for ordered categories** on PostgreSQL and MySQL: a
+  per-category lock taken before a position is drawn (:mod:`.postgres`, :mod:`.mysql`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import select as io_select
-import sqlite3
 import threading
-import time
 import weakref
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,25 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ARRAY,
-    BigInteger,
-    Integer,
-    String,
     Table,
-    Text,
-    and_,
     any_,
-    bindparam,
     create_engine,
-    event,
-    exists,
     func,
-    insert,
     literal,
-    or_,
     select,
 )
-from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -67,28 +48,28 @@ from sqlalchemy.exc import (
     ProgrammingError,
     SQLAlchemyError,
 )
-from sqlalchemy.sql import ColumnElement, Insert, Select
+from sqlalchemy.sql import ColumnElement, Select
 
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
+from celery_durable.store.journal.database import PLAIN_INSERT, Database
 from celery_durable.store.journal.encoding import (
-    MAX_CATEGORY_LENGTH,
-    MAX_STREAM_LENGTH,
-    MAX_TYPE_LENGTH,
     _check_int,
     _rows,
     _stored,
     encode_data,
     first_misfit,
 )
+from celery_durable.store.journal.mysql import MysqlDatabase
+from celery_durable.store.journal.postgres import PostgresDatabase, advisory_key, copy_rows
+from celery_durable.store.journal.sqlite import SqliteDatabase
 from celery_durable.store.journal.urls import (
     is_mysql,
     is_sqlite,
     normalize_url,
     redact,
     split_secrets,
-    sqlite_path,
 )
 
 __all__ = [
@@ -105,17 +86,8 @@ __all__ = [
 
 log = logging.getLogger("celery_durable.journal.sql")
 
-SQLITE_BUSY_TIMEOUT_S = 30.0
-_SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-#: Execution option for ``journal.engine``: on SQLite, transactions of a connection carrying it
-#: start with ``BEGIN IMMEDIATE`` (``journal.engine.execution_options(celery_durable_write=True)``).
-WRITE_OPTION = "celery_durable_write"
 # Key in Connection.info while a journal.transaction() is open on that connection.
 _TX_KEY = "celery_durable_tx"
-# Key in the pool record's info: the last use of the connection was a committed write.
-_COMMITTED_KEY = "celery_durable_committed"
-_VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
-
 _events = schema.events
 
 
@@ -184,93 +156,8 @@ def _one_line(error: BaseException | None) -> str:
     return " ".join(str(error).split())
 
 
-def advisory_key(name: str) -> int:
-    """The PostgreSQL advisory-lock key (signed 64 bits) this library uses for ``name``.
-
-    Category locks use ``"category:<name>"``; start-up uses ``"schema"``. The keys are fixed
-    (a hash, not Python's randomised ``hash()``) so that every process agrees on them.
-    """
-    digest = hashlib.blake2b(f"celery_durable:{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-_SCHEMA_LOCK_KEY = advisory_key("schema")
-_LOCK_STMT = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger)))
-
-# MySQL/MariaDB: the category lock. ON DUPLICATE KEY UPDATE takes an exclusive lock on the
-# existing row (and a new row is locked by its insertion); InnoDB keeps it until the end of the
-# transaction and detects deadlocks with other row locks, as PostgreSQL does for advisory locks.
-_MYSQL_LOCK_STMT = (
-    mysql.insert(schema.category_locks)
-    .values(name=bindparam("name", type_=String(64)))
-    .on_duplicate_key_update(name=schema.category_locks.c.name)
-)
-#: Server-side name of the MySQL/MariaDB session lock that serialises schema creation (DDL
-#: commits implicitly, so no row lock can span it).
-MYSQL_SCHEMA_LOCK = "celery_durable:schema"
-_MYSQL_SCHEMA_LOCK_WAIT_S = 60
-# MySQL error numbers: duplicate key, deadlock (InnoDB rolled the transaction back).
-_ER_DUP_ENTRY = 1062
-_ER_LOCK_DEADLOCK = 1213
-
-# One statement stores one event. The WHERE clause lets the row in only when the stream's
-# previous version exists (or the event is version 1); a concurrent writer of the same version
-# is stopped by the unique constraint. ``preserve_rowcount`` because the count of inserted rows
-# is how a refused row shows up.
-_prev = _events.alias("prev")
-
-
-def _insert_statement(*, with_lock: bool, mysql_lock: bool = False) -> Insert:
-    rows = select(
-        bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
-        bindparam("version", type_=Integer),
-        bindparam("category", type_=String(MAX_CATEGORY_LENGTH)),
-        bindparam("type", type_=String(MAX_TYPE_LENGTH)),
-        bindparam("data", type_=Text),
-        bindparam("recorded_at", type_=schema.UtcDateTime),
-    ).where(
-        or_(
-            bindparam("prev", type_=Integer) == literal(0, Integer),
-            exists().where(
-                and_(
-                    _prev.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
-                    _prev.c.version == bindparam("prev", type_=Integer),
-                )
-            ),
-        )
-    )
-    if mysql_lock:
-        # MySQL/MariaDB: the same idea with the category's row of celery_durable_locks, read
-        # FOR UPDATE in a derived table. The derived table is materialised (the row locked, or
-        # waited for) before the first row is written, hence before an AUTO_INCREMENT position
-        # is drawn -- and before InnoDB takes its AUTO-INC table lock for INSERT ... SELECT, so
-        # a writer waiting here does not hold up other tables' writers of the events table.
-        lock_row = (
-            select(schema.category_locks.c.name)
-            .where(schema.category_locks.c.name == bindparam("lock_name", type_=String(64)))
-            .with_for_update()
-            .subquery("category_lock")
-        )
-        rows = rows.select_from(lock_row)
-    elif with_lock:
-        # PostgreSQL only: the row is produced by scanning a one-row subquery that takes the
-        # category's advisory lock, so the lock is held before the row's position is drawn
-        # (nextval() is evaluated when the row is projected). Saves the round trip of a
-        # separate SELECT pg_advisory_xact_lock(); taking it again per row is a no-op.
-        lock = select(
-            func.pg_advisory_xact_lock(bindparam("lock_key", type_=BigInteger)).label("locked")
-        ).subquery("category_lock")
-        rows = rows.select_from(lock)
-    columns = ["stream", "version", "category", "type", "data", "recorded_at"]
-    return insert(_events).from_select(columns, rows).execution_options(preserve_rowcount=True)
-
-
 _BULK_ROWS = 64
 """From this many rows over distinct streams, appends take the bulk path (one guard query)."""
-
-_INSERT_STMT = _insert_statement(with_lock=False)
-_INSERT_LOCKED_STMT = _insert_statement(with_lock=True)
-_INSERT_MYSQL_LOCKED_STMT = _insert_statement(with_lock=False, mysql_lock=True)
 
 _EVENT_COLUMNS = (
     _events.c.position,
@@ -302,11 +189,9 @@ class SqlJournal:
     on PostgreSQL and MySQL their writers are serialised so that commit order equals position
     order.
 
-    On MySQL/MariaDB the engine defaults to ``READ COMMITTED`` (as PostgreSQL: each statement
-    sees the latest commits, and InnoDB takes no gap locks), a liveness check at checkout
-    (PyMySQL: the socket, no round trip; mysqlclient: ``pool_pre_ping``) and a ``pool_recycle``
-    of 30 minutes, so that connections the server closed after ``wait_timeout`` are replaced
-    instead of failing (docs/howto-mysql.md); ``engine_options`` overrides them.
+    What differs by database (engine defaults, connection set-up, locks, bulk inserts) is the
+    :class:`~.database.Database` of the URL (:func:`database_for`); ``engine_options``
+    overrides the defaults.
 
     Example::
 
@@ -326,52 +211,21 @@ class SqlJournal:
     ) -> None:
         self._sa_url = normalize_url(url)
         self.url = redact(self._sa_url)
-        self._sqlite = is_sqlite(self._sa_url)
-        self._mysql = is_mysql(self._sa_url)
-        synchronous = str(sqlite_synchronous).upper()
-        if synchronous not in _SYNCHRONOUS_MODES:
-            raise ValueError(
-                f"sqlite_synchronous must be one of {', '.join(_SYNCHRONOUS_MODES)}, "
-                f"not {sqlite_synchronous!r}"
-            )
-        self._synchronous = synchronous
         if isinstance(ordered_categories, str):
             raise TypeError("ordered_categories must be a collection of names, not a str")
         self.ordered_categories = frozenset(ordered_categories)
-        self._lock_keys = {name: advisory_key(f"category:{name}") for name in ordered_categories}
         engine_url, secrets = split_secrets(self._sa_url)
-        connect_args: dict[str, Any] = dict(secrets)
-        if self._sqlite:
-            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+        self.database = database_for(engine_url, self.url, sqlite_synchronous=sqlite_synchronous)
         # Every database: a pooled connection the server dropped while it sat idle (restart,
         # failover, idle_session_timeout, a proxy's cut) is replaced at checkout, before a
         # statement fails on it (docs/journal.md, "Engine options").
-        options: dict[str, Any] = {"echo": echo, **ENGINE_DEFAULTS}
-        # PyMySQL exposes its socket: a closed connection is told without a round trip
-        # (_closed_by_server) instead of pool_pre_ping's COM_PING (~60 µs per checkout).
-        local_check = self._mysql and engine_url.get_driver_name() == "pymysql"
-        if self._mysql:
-            options.update(MYSQL_ENGINE_DEFAULTS, pool_pre_ping=not local_check)
-        if engine_options and "pool_pre_ping" in engine_options:
-            local_check = False  # the caller decides how connections are checked
-        options.update(engine_options or {})
+        options = self.database.engine_options({"echo": echo, **ENGINE_DEFAULTS}, engine_options)
+        connect_args: dict[str, Any] = {**self.database.connect_args(), **secrets}
         options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
-        # Two views of one pool. ``_core`` serves the journal's own statements; on SQLite its
-        # write transactions emit BEGIN IMMEDIATE themselves (_write_connection). ``engine``, for
-        # everyone else, carries SQLAlchemy's documented begin-event recipe, so that any
-        # transaction opened on it is a real one. The hot path avoids the recipe only because a
-        # connection-event listener makes every statement of its engine dispatch events, which
-        # costs ~20 µs per append (docs/journal.md, "Cost").
+        # ``_core`` serves the journal's own statements; ``engine`` is what everyone else gets
+        # (the same pool; on SQLite with the begin-event recipe, :mod:`.sqlite`).
         self._core: Engine = _create_engine(engine_url, options, self.url)
-        self.engine: Engine = self._core
-        if local_check:
-            event.listen(self._core, "checkout", _closed_by_server)
-        if self._mysql and "pool_reset_on_return" not in (engine_options or {}):
-            event.listen(self._core, "reset", _reset_mysql)
-        if self._sqlite:
-            event.listen(self._core, "connect", self._on_sqlite_connect)
-            self.engine = self._core.execution_options()
-            event.listen(self.engine, "begin", _on_sqlite_begin)
+        self.engine: Engine = self.database.listen(self._core, engine_options)
         self.metadata = schema.metadata
         self._init_lock = threading.Lock()
         self._local = threading.local()  # .open: a transaction() is open in this thread
@@ -404,23 +258,13 @@ class SqlJournal:
                 self._ready = True
 
     def _initialise(self) -> None:
-        path = sqlite_path(self._sa_url)
-        if path is not None:
-            try:
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            except OSError as exc:
-                raise JournalError(f"cannot create the directory of {self.url}: {exc}") from exc
+        self.database.prepare()
         attempts = 3
         for attempt in range(1, attempts + 1):
             try:
-                if self._mysql:
-                    self._initialise_mysql()
-                    return
-                with self._write_connection() as conn:
-                    if not self._sqlite:
-                        # Serialises initialisers; SQLite's BEGIN IMMEDIATE already has.
-                        conn.execute(_LOCK_STMT, {"key": _SCHEMA_LOCK_KEY})
-                    schema.ensure_schema(conn)
+                self.database.create_schema(
+                    self._core, self._write_connection, sorted(self.ordered_categories)
+                )
                 log.debug("journal ready at %s", self.url)
                 return
             except (ProgrammingError, IntegrityError) as exc:
@@ -441,60 +285,6 @@ class SqlJournal:
                     f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
                 ) from exc
 
-    def _initialise_mysql(self) -> None:
-        """``ensure_schema`` under a named session lock (``GET_LOCK``), released at the end.
-
-        DDL commits implicitly on MySQL, so a transaction's row lock could not cover it; a
-        session lock does, and the server drops it if this connection dies.
-        """
-        with self._core.connect() as conn:
-            got = conn.execute(
-                select(func.get_lock(MYSQL_SCHEMA_LOCK, _MYSQL_SCHEMA_LOCK_WAIT_S))
-            ).scalar()
-            conn.commit()
-            if got != 1:
-                raise JournalError(
-                    f"waited {_MYSQL_SCHEMA_LOCK_WAIT_S} s for another process creating the "
-                    f"journal tables at {self.url}"
-                )
-            try:
-                with conn.begin():
-                    schema.ensure_schema(conn)
-                    # The lock rows exist before the first writer, which reads them FOR UPDATE.
-                    self._insert_lock_rows(conn)
-            finally:
-                with contextlib.suppress(SQLAlchemyError):
-                    conn.execute(select(func.release_lock(MYSQL_SCHEMA_LOCK)))
-                    conn.commit()
-
-    def _insert_lock_rows(self, conn: Connection) -> int:
-        """``INSERT IGNORE`` the lock row of every ordered category; how many were missing."""
-        if not self.ordered_categories:
-            return 0
-        rows = [{"name": name} for name in sorted(self.ordered_categories)]
-        statement = mysql.insert(schema.category_locks).prefix_with("IGNORE")
-        return int(conn.execute(statement, rows).rowcount)
-
-    def _restore_lock_rows(self) -> None:
-        """Recreate missing rows of ``celery_durable_locks`` (someone deleted them): without
-        its row, a category's appends would insert nothing. The caller's retry then works.
-
-        Called while the failed transaction is still open and holds its lock rows: a plain
-        read (InnoDB's consistent read takes no lock) decides first, so the usual case, every
-        row present, never waits for that transaction's locks.
-        """
-        try:
-            with self._core.begin() as conn:
-                present = set(conn.execute(select(schema.category_locks.c.name)).scalars())
-                if self.ordered_categories <= present:
-                    return
-                missing = self._insert_lock_rows(conn)
-        except DBAPIError:
-            log.warning("could not check the category lock rows", exc_info=True)
-            return
-        if missing:
-            log.warning("recreated %d missing row(s) of celery_durable_locks", missing)
-
     def close(self) -> None:
         """Dispose of the engine's connections. Calling it twice is harmless."""
         with self._init_lock:
@@ -510,27 +300,6 @@ class SqlJournal:
         # parent may have held the old one at the instant of the fork.
         self._core.dispose(close=False)
         self._init_lock = threading.Lock()
-
-    # -- SQLite connection set-up ----------------------------------------------------------
-
-    def _on_sqlite_connect(self, dbapi_conn: Any, _record: Any) -> None:
-        # Take BEGIN away from the sqlite3 module (it would start write transactions lazily as
-        # DEFERRED, which deadlocks two writers that both read first): we emit it ourselves.
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-            # A new, empty file only (on a used one it changes nothing and would wait for the
-            # write lock): retention then gives freed pages back to the file system (O1,
-            # docs/retention.md); an older file keeps reusing them.
-            if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
-                cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            mode = _set_wal(cursor)
-            if str(mode).lower() != "wal":
-                log.warning("SQLite journal %s runs in %s mode, not WAL", self.url, mode)
-            cursor.execute(f"PRAGMA synchronous = {self._synchronous}")
-        finally:
-            cursor.close()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -578,15 +347,9 @@ class SqlJournal:
     def _write_connection(self) -> Iterator[Connection]:
         with self._core.connect() as conn:
             with conn.begin():
-                if self._sqlite:
-                    # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's
-                    # begin() sends none for SQLite; COMMIT/ROLLBACK still go through the driver.
-                    conn.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+                self.database.begin_write(conn)
                 yield conn
-            if self._mysql:
-                # Committed, nothing run since: the pool's ROLLBACK on return would be a
-                # round trip for nothing on MySQL (_reset_mysql).
-                conn.connection.info[_COMMITTED_KEY] = True
+            self.database.committed(conn)
 
     def append_in(self, conn: Connection, appends: Sequence[Append]) -> list[int]:
         """Append inside a :meth:`transaction`; return each stream's new version.
@@ -625,7 +388,7 @@ class SqlJournal:
         state = conn.info.get(_TX_KEY)
         if not isinstance(state, _TxState):
             raise JournalError("append_in needs a connection from journal.transaction()")
-        statement = _INSERT_STMT
+        statement = PLAIN_INSERT
         now = datetime.now(timezone.utc)
         for row in rows:
             row["recorded_at"] = now
@@ -633,18 +396,13 @@ class SqlJournal:
         if len(rows) >= _BULK_ROWS and len(streams) == len(appends):
             self._append_bulk(conn, state, appends, rows)
             return
-        if not self._sqlite:
+        database = self.database
+        if not database.serialises_writers:
             needed = sorted(
                 ({row["category"] for row in rows} & self.ordered_categories) - state.locked
             )
-            if len(needed) == 1 and self._mysql:
-                statement = _INSERT_MYSQL_LOCKED_STMT
-                for row in rows:
-                    row["lock_name"] = needed[0]
-            elif len(needed) == 1:
-                statement = _INSERT_LOCKED_STMT
-                for row in rows:
-                    row["lock_key"] = self._lock_keys[needed[0]]
+            if len(needed) == 1:
+                statement = database.locked_insert(needed[0], rows)
             else:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
@@ -652,14 +410,14 @@ class SqlJournal:
             result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
         except (IntegrityError, OperationalError) as exc:
             state.failed = True
-            if not _is_version_conflict(exc):
+            if not database.is_version_conflict(exc):
                 raise
             raise self._conflict(appends) from None
         if result.rowcount != len(rows):
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
-            if statement is _INSERT_MYSQL_LOCKED_STMT:
-                self._restore_lock_rows()  # or the category's lock row was deleted
+            if statement is not PLAIN_INSERT:  # or the category's lock row was deleted
+                database.refused_insert(self._core, self.ordered_categories)
             raise self._conflict(appends)
 
     def _append_bulk(
@@ -676,7 +434,7 @@ class SqlJournal:
         expected version can at worst have moved on by the time of the INSERT, which the
         unique constraint then refuses: no gap can be written.
         """
-        if not self._sqlite:
+        if not self.database.serialises_writers:
             needed = sorted(
                 ({r["category"] for r in rows} & self.ordered_categories) - state.locked
             )
@@ -696,18 +454,12 @@ class SqlJournal:
             state.failed = True
             raise conflict
         try:
-            if self._sqlite or self._mysql:
-                # On MySQL the drivers turn an executemany of INSERT … VALUES into multi-row
-                # INSERTs (PyMySQL: statements of up to ~1 MB, under max_allowed_packet).
-                plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
-                conn.execute(insert(_events), plain)
-            else:
-                copy_rows(
-                    conn, _events, _COPY_COLUMNS, (tuple(r[c] for c in _COPY_COLUMNS) for r in rows)
-                )
+            # On MySQL the drivers turn the executemany into multi-row INSERTs (PyMySQL:
+            # statements of up to ~1 MB); PostgreSQL copies (:func:`.postgres.copy_rows`).
+            self.database.insert_many(conn, rows)
         except (IntegrityError, OperationalError) as exc:
             state.failed = True
-            if not _is_version_conflict(exc):
+            if not self.database.is_version_conflict(exc):
                 raise
             raise self._conflict(appends) from None
 
@@ -715,10 +467,7 @@ class SqlJournal:
         """Lock the (sorted) categories for this transaction: two transactions that need the
         same locks take them in the same order."""
         for category in categories:
-            if self._mysql:
-                conn.execute(_MYSQL_LOCK_STMT, {"name": category})
-            else:
-                conn.execute(_LOCK_STMT, {"key": self._lock_keys[category]})
+            self.database.take_lock(conn, category)
 
     def _conflict(self, appends: Sequence[Append]) -> AppendConflict:
         """Tell which append does not fit the committed state of its stream.
@@ -835,75 +584,24 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
     return query.order_by(_events.c.position).limit(limit)
 
 
-def open_journal(url: str, **options: Any) -> SqlJournal:
-    """Build a :class:`SqlJournal` (nothing connects until it is first used)."""
-    return SqlJournal(url, **options)
-
-
-def _set_wal(cursor: Any) -> str:
-    """``PRAGMA journal_mode = WAL``, retried: on a new file several processes race for it, and
-    SQLite may answer ``database is locked`` at once instead of waiting for the busy timeout."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
-    while True:
-        try:
-            return str(cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _on_sqlite_begin(conn: Connection) -> None:
-    # SQLAlchemy's recipe for pysqlite ("Serializable isolation / Savepoints / Transactional DDL").
-    write = conn.get_execution_options().get(WRITE_OPTION, False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def _reset_mysql(dbapi_conn: Any, record: Any, state: Any) -> None:
-    """Pool reset on return (SQLAlchemy's "reset event" recipe): ROLLBACK, except after a
-    journal write transaction that committed, which leaves nothing to roll back. Saves one of
-    the three round trips of an append (INSERT, COMMIT, ROLLBACK)."""
-    if record is not None and record.info.pop(_COMMITTED_KEY, False):
-        return
-    dbapi_conn.rollback()
-
-
-def _closed_by_server(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-    """Pool checkout on PyMySQL: refuse a connection the server has closed, at no round trip.
-
-    An idle MySQL connection has nothing to read. When the server closes it (``wait_timeout``,
-    a restart, ``KILL``, a proxy's cut) the socket turns readable: end of file, or the error
-    packet MySQL sends first. ``DisconnectionError`` makes the pool discard it and hand out a
-    fresh connection (SQLAlchemy's "custom pessimistic ping" recipe).
-    """
-    sock = getattr(dbapi_conn, "_sock", None)
-    if sock is None:
-        raise DisconnectionError("the MySQL connection is closed")
-    try:
-        readable, _, _ = io_select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        raise DisconnectionError("the MySQL connection's socket is unusable") from None
-    if readable:
-        raise DisconnectionError("the MySQL server closed the connection")
-
-
 #: Engine options for every database (``engine_options`` overrides them): a connection is
 #: checked when it leaves the pool (one ``SELECT 1`` round trip on PostgreSQL, a few µs on
 #: SQLite's in-process file), so that one the server closed is replaced instead of failing.
 ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
-#: Engine options for MySQL/MariaDB (``engine_options`` overrides them). READ COMMITTED as on
-#: PostgreSQL; pre-ping (with mysqlclient; PyMySQL checks its socket instead) and recycling so
-#: that a connection the server closed (``wait_timeout``, a restart, a proxy's idle cut) is
-#: replaced before use rather than failing a statement.
-MYSQL_ENGINE_DEFAULTS: Mapping[str, Any] = {
-    "isolation_level": "READ COMMITTED",
-    "pool_reset_on_return": None,  # _reset_mysql does it
-    "pool_pre_ping": True,
-    "pool_recycle": 1800,
-}
 
-_COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
+def database_for(url: URL, shown: str, *, sqlite_synchronous: str = "FULL") -> Database:
+    """The :class:`~.database.Database` of a (normalised) journal URL."""
+    if is_sqlite(url):
+        return SqliteDatabase(url, shown, synchronous=sqlite_synchronous)
+    if is_mysql(url):
+        return MysqlDatabase(url, shown)
+    return PostgresDatabase(url, shown)
+
+
+def open_journal(url: str, **options: Any) -> SqlJournal:
+    """Build a :class:`SqlJournal` (nothing connects until it is first used)."""
+    return SqlJournal(url, **options)
 
 
 def one_of(
@@ -917,56 +615,6 @@ def one_of(
     if conn.dialect.name == "postgresql":
         return column == any_(literal(list(values), type_=ARRAY(column.type)))
     return column.in_(values)
-
-
-def copy_rows(
-    conn: Connection, table: Table, columns: Sequence[str], rows: Iterable[Sequence[Any]]
-) -> None:
-    """PostgreSQL ``COPY … FROM STDIN`` inside the connection's open transaction.
-
-    The bulk paths use it: per row it costs a fraction of an ``executemany`` (the rows are
-    encoded by psycopg's C code and parsed once by the server). Errors come out as SQLAlchemy's
-    exceptions, like those of ``conn.execute`` (a unique violation is an ``IntegrityError``),
-    and a dropped connection is invalidated so that the pool does not hand it out again.
-    """
-    import psycopg
-
-    statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
-    driver = conn.connection.driver_connection
-    try:
-        with driver.cursor() as cursor, cursor.copy(statement) as copy:  # type: ignore[union-attr]
-            for row in rows:
-                copy.write_row(row)
-    except psycopg.Error as exc:
-        lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None)  # type: ignore[arg-type]
-        if lost:
-            conn.invalidate(exc)
-        raise DBAPIError.instance(
-            statement, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
-        ) from exc
-
-
-def _is_version_conflict(exc: DBAPIError) -> bool:
-    """Whether an append failed because another writer stored one of its versions first.
-
-    On MySQL/MariaDB a deadlock between two appends counts too: InnoDB has rolled one of
-    them back, and under READ COMMITTED (no gap locks) two appends can only deadlock on keys
-    they both insert, i.e. versions of a stream they both write.
-    """
-    args = getattr(exc.orig, "args", ())
-    if args and isinstance(args[0], int) and len(args) > 1:
-        code, message = args[0], str(args[1])
-        if code == _ER_LOCK_DEADLOCK:
-            return True
-        if code == _ER_DUP_ENTRY:
-            return _VERSION_CONSTRAINT in message
-    if not isinstance(exc, IntegrityError):
-        return False
-    diag = getattr(exc.orig, "diag", None)
-    if diag is not None:
-        return getattr(diag, "constraint_name", None) == _VERSION_CONSTRAINT
-    message = str(exc.orig)
-    return "celery_durable_events.stream" in message and "celery_durable_events.version" in message
 
 
 # -- fork safety ---------------------------------------------------------------------------------

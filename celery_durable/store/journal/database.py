@@ -1,0 +1,150 @@
+"""What the SQL journal does differently on each database, behind one interface.
+
+:class:`~celery_durable.store.journal.sql.SqlJournal` holds the algorithm (one ``INSERT …
+SELECT … WHERE`` per event, the bulk path, the conflict check, the reads); a :class:`Database`
+holds what depends on the server: engine defaults and connection set-up, how a write
+transaction begins, how the writers of an ordered category are serialised, how many rows go
+in at once, and which driver error means "another writer stored this version first". There is
+one module per database (:mod:`.sqlite`, :mod:`.postgres`, :mod:`.mysql`), as DBOS keeps one
+system-database module per server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Integer, String, Text, and_, bindparam, exists, insert, literal, or_, select
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql import Insert, Subquery
+
+from celery_durable.store.journal import schema
+from celery_durable.store.journal.encoding import (
+    MAX_CATEGORY_LENGTH,
+    MAX_STREAM_LENGTH,
+    MAX_TYPE_LENGTH,
+)
+
+WriteConnection = Callable[[], AbstractContextManager[Connection]]
+"""Opens a write transaction of the journal (``BEGIN IMMEDIATE`` on SQLite)."""
+
+VERSION_CONSTRAINT = "uq_celery_durable_events_stream_version"
+"""The unique ``(stream, version)`` constraint whose violation is an append conflict (A8)."""
+
+_events = schema.events
+_prev = _events.alias("prev")
+
+
+def insert_statement(lock: Subquery | None = None) -> Insert:
+    """One statement that stores one event.
+
+    The WHERE clause lets the row in only when the stream's previous version exists (or the
+    event is version 1); a concurrent writer of the same version is stopped by the unique
+    constraint. ``lock`` is a one-row subquery the row is selected from, which takes the
+    category's lock before the row's position is drawn. ``preserve_rowcount`` because the count
+    of inserted rows is how a refused row shows up.
+    """
+    rows = select(
+        bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+        bindparam("version", type_=Integer),
+        bindparam("category", type_=String(MAX_CATEGORY_LENGTH)),
+        bindparam("type", type_=String(MAX_TYPE_LENGTH)),
+        bindparam("data", type_=Text),
+        bindparam("recorded_at", type_=schema.UtcDateTime),
+    ).where(
+        or_(
+            bindparam("prev", type_=Integer) == literal(0, Integer),
+            exists().where(
+                and_(
+                    _prev.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+                    _prev.c.version == bindparam("prev", type_=Integer),
+                )
+            ),
+        )
+    )
+    if lock is not None:
+        rows = rows.select_from(lock)
+    columns = ["stream", "version", "category", "type", "data", "recorded_at"]
+    return insert(_events).from_select(columns, rows).execution_options(preserve_rowcount=True)
+
+
+PLAIN_INSERT = insert_statement()
+
+
+class Database:
+    """The journal's behaviour on one kind of database server (the base: what they share)."""
+
+    #: Whether the database lets one writer in at a time (SQLite): no category locks needed.
+    serialises_writers = False
+
+    def __init__(self, url: URL, shown: str) -> None:
+        self.url = url
+        self.shown = shown
+        """The journal's URL with the password masked, for messages."""
+
+    # -- engine ----------------------------------------------------------------------------------
+
+    def connect_args(self) -> dict[str, Any]:
+        """Driver connect arguments the library sets (the caller's ``connect_args`` win)."""
+        return {}
+
+    def engine_options(
+        self, options: dict[str, Any], engine_options: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The engine options: the library's defaults for this database, then the caller's."""
+        return {**options, **(engine_options or {})}
+
+    def listen(self, core: Engine, engine_options: Mapping[str, Any] | None) -> Engine:
+        """Install the connection-set-up listeners on ``core``; return the engine the journal
+        lends to everyone else (``journal.engine``)."""
+        return core
+
+    # -- schema ------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """What must exist before the first connection (SQLite: the file's directory)."""
+
+    def create_schema(
+        self, core: Engine, write_connection: WriteConnection, lock_categories: Sequence[str]
+    ) -> None:
+        """Create the missing tables and check the schema version, serialised against other
+        processes doing the same."""
+        with write_connection() as conn:
+            schema.ensure_schema(conn)
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def begin_write(self, conn: Connection) -> None:
+        """Run right after a write transaction began (SQLite takes its write lock here)."""
+
+    def committed(self, conn: Connection) -> None:
+        """Run after a write transaction committed, before its connection goes back."""
+
+    def take_lock(self, conn: Connection, category: str) -> None:
+        """Lock an ordered category until the end of the transaction (commit order equals
+        position order for its readers)."""
+
+    def locked_insert(self, category: str, rows: Sequence[dict[str, Any]]) -> Insert:
+        """The insert statement that also takes ``category``'s lock (one round trip fewer);
+        adds the lock's parameter to ``rows``."""
+        raise NotImplementedError
+
+    def refused_insert(self, core: Engine, lock_categories: frozenset[str]) -> None:
+        """Run when the insert let in fewer rows than asked (before the conflict is raised)."""
+
+    def insert_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert rows already checked by the bulk path's guard query."""
+        plain = [{k: v for k, v in row.items() if k != "prev"} for row in rows]
+        conn.execute(insert(_events), plain)
+
+    def is_version_conflict(self, exc: DBAPIError) -> bool:
+        """Whether an append failed because another writer stored one of its versions first
+        (SQLite names the constraint's columns in its message)."""
+        if not isinstance(exc, IntegrityError):
+            return False
+        message = str(exc.orig)
+        return (
+            "celery_durable_events.stream" in message and "celery_durable_events.version" in message
+        )
