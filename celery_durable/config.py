@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -204,6 +205,22 @@ def _retention(value: Any) -> timedelta:
     return retention
 
 
+_APP_HOOKS: list[Callable[[Any], None]] = []
+_APP_HOOKS_LOCK = threading.Lock()
+
+
+def register_app_hook(hook: Callable[[Any], None]) -> None:
+    """Have ``hook(app)`` called once an app's task modules are imported
+    (:func:`import_task_modules`); registering the same hook twice is harmless.
+
+    An integration sets an app up this way without the CLI or the core knowing it: the Django
+    app registers the hook that gives the Celery app the journal URL Django resolves.
+    """
+    with _APP_HOOKS_LOCK:
+        if hook not in _APP_HOOKS:
+            _APP_HOOKS.append(hook)
+
+
 def import_task_modules(app: Any) -> None:
     """Import the app's task modules once, as a worker does at start-up.
 
@@ -213,8 +230,13 @@ def import_task_modules(app: Any) -> None:
     app's ``tasks`` module; then the ``imports`` and ``include`` modules are imported. Any
     process that reads the journal outside a worker or beat (the CLI, the Django admin) calls
     this before it reads ``durable_*`` settings or looks a task up, so it sees what they see.
+    The hooks of :func:`register_app_hook` run after the imports.
     """
     if getattr(app, "_celery_durable_imported", False):
         return
     app.loader.import_default_modules()
     app._celery_durable_imported = True
+    with _APP_HOOKS_LOCK:
+        hooks = list(_APP_HOOKS)
+    for hook in hooks:
+        hook(app)

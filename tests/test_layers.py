@@ -203,6 +203,18 @@ def test_nothing_below_the_adapters_imports_the_facade() -> None:
     assert [u for u in users if u != "celery_durable" and not u.startswith(allowed)] == []
 
 
+def test_the_cli_imports_no_integration() -> None:
+    """The CLI knows no integration: the Django app sets an app up through
+    ``config.register_app_hook`` (its management commands may use the CLI's code)."""
+    crossing = sorted(
+        f"{source} imports {target}"
+        for source, edges in import_graph().items()
+        for target in edges
+        if source.startswith("celery_durable.cli") and target.startswith("celery_durable.contrib")
+    )
+    assert crossing == []
+
+
 def test_module_level_imports_have_no_cycle() -> None:
     graph = {s: [t for t, top in edges.items() if top] for s, edges in import_graph().items()}
     # A package's __init__ re-exporting its modules is not a cycle with them.

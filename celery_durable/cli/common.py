@@ -135,7 +135,8 @@ class Session:
         return self._durable
 
     def _load_app(self) -> None:
-        """What a worker does first: import the task modules (and set Django up)."""
+        """What a worker does first: import the task modules (which sets Django up, and the
+        Django app's hook gives the app the journal the admin, beat and workers use)."""
         from celery_durable.config import import_task_modules
 
         try:
@@ -145,13 +146,6 @@ class Session:
                 f"cannot import the task modules of app {self.app.main!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-        if "django" in sys.modules:
-            from django.apps import apps
-
-            if apps.ready and apps.is_installed("celery_durable.contrib.django"):
-                from celery_durable.contrib.django import configure
-
-                configure(self.app)  # the journal the admin, beat and workers use
 
     def close(self) -> None:
         if self._durable is not None and self._own:

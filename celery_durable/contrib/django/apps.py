@@ -20,8 +20,12 @@ class CeleryDurableConfig(AppConfig):
     def ready(self) -> None:
         # Beat and workers of a Django project get the journal URL that Django resolves
         # (CELERY_DURABLE_URL, else the default database) before anything reads it.
+        from celery_durable.config import register_app_hook
         from celery_durable.contrib.django import celery_app, configure
 
+        # Any other app a process loads (the CLI's -A app) gets the same, once its task
+        # modules are imported (config.import_task_modules).
+        register_app_hook(configure)
         try:
             configure(celery_app())
         except Exception:
