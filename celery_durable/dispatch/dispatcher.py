@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from celery_durable import signals
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import (
     Command,
@@ -33,9 +34,10 @@ from celery_durable.core.schedule_aggregate import (
     MarkStarted,
     ScheduleState,
 )
+from celery_durable.core.schedule_events import RunsMissed
 from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
-from celery_durable.dispatch.recorder import Recorder, Recording
+from celery_durable.dispatch.recorder import Recorder, Recording, Stored
 from celery_durable.dispatch.resender import Resender
 from celery_durable.dispatch.state import StateCache
 from celery_durable.message import Resend
@@ -94,9 +96,8 @@ class Dispatcher:
             self.cache,
             runtime.now,
             run_lease=self.run_lease,
-            sender=self,
-            late_after=config.late_after,
         )
+        self.late_after = config.late_after
         self.publisher = Publisher(self.app, self.retry_delay)
         self.resender = Resender(
             self.app, self.runs, poll_interval=self.poll_interval, run_lease=self.run_lease
@@ -197,13 +198,12 @@ class Dispatcher:
         """
         states = self.cache.states_of(sids)
         publisher = self.publisher
-        self._missed += self.recorder.append(
-            {
-                sid: [DecideDue(now=now, live=self.live)]
-                for sid in sids
-                if not publisher.task_missing(states[sid], now, self.live)
-            }
-        )
+        decisions: dict[str, list[Command]] = {
+            sid: [DecideDue(now=now, live=self.live)]
+            for sid in sids
+            if not publisher.task_missing(states[sid], now, self.live)
+        }
+        self._announce(self.recorder.append(decisions))
         self.runtime.fault("after-decide")  # crash tests: decided, not yet sent (A6)
         retry_at = publisher.retry_at
         sendable = [
@@ -227,9 +227,15 @@ class Dispatcher:
 
     def _finish(self, recording: Recording) -> None:
         """Wait for a round's starts (raising what storing them raised), then re-watch."""
-        self._missed += recording.future.result()
+        self._announce(recording.future.result())
         for sid in recording.sids:
             self.cache.watch(sid, self._attention_now(sid, recording.now))
+
+    def _announce(self, stored: Stored) -> None:
+        """Log and signal what a round stored (O4 lateness); count dropped due times."""
+        for sid, event in stored:
+            signals.announce(self, sid, event, late_after=self.late_after)
+            self._missed += isinstance(event, RunsMissed)
 
     def _attention_now(self, sid: str, now: datetime) -> datetime | None:
         state = self.cache.states[sid]
@@ -239,11 +245,7 @@ class Dispatcher:
         unsent = [p.send_time for p in sendable if p.run_id not in retry_at]
         if unsent and min(unsent) <= now:
             return min(unsent)
-        if (
-            state.content is not None
-            and state.active
-            and not self.publisher.sendable_task(state.content)
-        ):
+        if self.publisher.task_gone(state):
             nxt = content_rule_next(state, now, self.live)
             # D4: look again at the next due time (to log it), and soon in case the task returns.
             later = now + timedelta(seconds=self.poll_interval)

@@ -149,9 +149,10 @@ class Publisher:
         self, state: ScheduleState, now: datetime, live: LiveSchedules | None = None
     ) -> bool:
         """D4: when the schedule's task is gone, log at each due time and decide nothing."""
-        content = state.content
-        if content is None or not state.active or self.sendable_task(content):
+        if not self.task_gone(state):
             return False
+        content = state.content
+        assert content is not None
         first = state.next_due(live)
         if first is not None and first <= now and state.cursor is not None:
             latest = recent_due_times(
@@ -163,6 +164,11 @@ class Publisher:
         elif first is not None and first <= now:
             self.log_missing(state.schedule_id, content.task, first, now, None)
         return True
+
+    def task_gone(self, state: ScheduleState) -> bool:
+        """Whether an active schedule's task can be sent by nobody here (D4)."""
+        content = state.content
+        return content is not None and state.active and not self.sendable_task(content)
 
     def sendable_task(self, content: Content) -> bool:
         """Registered here, or an imported schedule's task, sent by name if need be (B4, I1)."""

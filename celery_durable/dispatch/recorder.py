@@ -12,11 +12,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
-from celery_durable import signals
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.journal import Append
 from celery_durable.core.schedule_aggregate import Command, ScheduleState, decide_all
-from celery_durable.core.schedule_events import RunsMissed, ScheduleEvent, to_new_event
+from celery_durable.core.schedule_events import ScheduleEvent, to_new_event
 from celery_durable.dispatch.state import StateCache
 from celery_durable.errors import AppendConflict
 from celery_durable.message import Resend
@@ -25,13 +24,15 @@ from celery_durable.store.journal.sql import SqlJournal, Transaction
 from celery_durable.store.runs import RunStore
 
 Clock = Callable[[], datetime]
+Stored = list[tuple[str, ScheduleEvent]]
+"""The schedule events a round stored, as ``(schedule ID, event)`` in order."""
 
 
 @dataclass(frozen=True, slots=True)
 class Recording:
     """A round whose starts are being stored: the schedules to re-watch once they are."""
 
-    future: Future[int]
+    future: Future[Stored]
     sids: Sequence[str]
     now: datetime
 
@@ -39,8 +40,7 @@ class Recording:
 class Recorder:
     """Turns commands into stored schedule events, one transaction per round.
 
-    ``sender`` is what the observability signals name as their sender (the dispatcher);
-    ``late_after`` the seconds after which a decided run counts as late (O4).
+    It returns what it stored; the dispatcher announces it (logs, signals, O4).
     """
 
     def __init__(
@@ -50,15 +50,11 @@ class Recorder:
         clock: Clock,
         *,
         run_lease: float,
-        sender: object,
-        late_after: float | None = None,
     ) -> None:
         self.journal = journal
         self.cache = cache
         self.clock = clock
         self.run_lease = run_lease
-        self.sender = sender
-        self.late_after = late_after
         self.writer: ThreadPoolExecutor | None = None
 
     def decide(
@@ -73,10 +69,10 @@ class Recorder:
         *,
         rows: bool = False,
         extra: Callable[[Transaction], None] | None = None,
-    ) -> int:
+    ) -> Stored:
         """Decide and append every schedule's commands in one transaction.
 
-        Returns how many ``RunsMissed`` events were stored (for the tick's one warning). With
+        Returns the events stored, schedule by schedule. With
         ``rows``, the schedules' index rows are written in the same transaction; without, they
         follow with the starts, after the burst, or at the next checkpoint (the state cache's
         ``refresh``). On a version conflict (another process appended first, A8) the schedule
@@ -115,16 +111,12 @@ class Recorder:
                 else:
                     del decided[sid]
                 continue
-            missed = 0
+            stored: Stored = []
             for sid, (events, state) in decided.items():
-                cache.states[sid] = state
-                if rows:
-                    cache.row_version[sid] = state.version
-                for event in events:
-                    signals.announce(self.sender, sid, event, late_after=self.late_after)
-                    missed += isinstance(event, RunsMissed)
-            return missed
-        return 0
+                cache.appended(sid, state, row_written=rows)
+                stored.extend((sid, event) for event in events)
+            return stored
+        return []
 
     def record(
         self,
@@ -144,7 +136,7 @@ class Recorder:
         same transaction; a burst writes them all once its last start is stored.
         """
 
-        def store() -> int:
+        def store() -> Stored:
             # Durable runs get their row in the same transaction: the stale-run check (D8)
             # then re-sends one whose worker never claims it.
             return self.append(
@@ -155,7 +147,7 @@ class Recorder:
                 ),
             )
 
-        future: Future[int]
+        future: Future[Stored]
         if background:
             if self.writer is None:
                 self.writer = ThreadPoolExecutor(1, thread_name_prefix="celery-durable-writer")

@@ -145,6 +145,13 @@ class StateCache:
         for sid, state in states.items():
             self.row_version[sid] = state.version
 
+    def appended(self, sid: str, state: ScheduleState, *, row_written: bool) -> None:
+        """The state after events this process appended (its index row written in the same
+        transaction when ``row_written``)."""
+        self.states[sid] = state
+        if row_written:
+            self.row_version[sid] = state.version
+
     def reload(self, sid: str) -> None:
         """Fold the events another process appended to this schedule (after a conflict)."""
         state = self.states.get(sid) or ScheduleState(schedule_id=sid)
