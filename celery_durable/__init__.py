@@ -11,6 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from celery_durable.core.blackouts import Blackout, OnBlackout
+    from celery_durable.core.children import ChildHandle
     from celery_durable.core.ids import MAX_ID_LENGTH, parse_run_id, run_id
     from celery_durable.core.outcomes import Cancelled, Faulted, Finished
     from celery_durable.core.policies import CatchUp, Overlap
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
         Weekly,
         rule_from_json,
     )
+    from celery_durable.core.secrets import Secret
+    from celery_durable.core.specs import ScheduleSpec
     from celery_durable.durable import Durable
     from celery_durable.errors import (
         AttemptTimeout,
@@ -45,10 +49,12 @@ if TYPE_CHECKING:
         RunParked,
         ScheduleConflict,
         ScheduleNotFound,
+        SecretUnavailable,
         StepFailed,
         UnknownTask,
     )
     from celery_durable.message import ScheduledRun
+    from celery_durable.worker.branches import gather, parallel, patched, race
     from celery_durable.worker.context import step_context
     from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal
 
@@ -62,8 +68,10 @@ __all__ = [
     "TUESDAY",
     "WEDNESDAY",
     "AttemptTimeout",
+    "Blackout",
     "Cancelled",
     "CatchUp",
+    "ChildHandle",
     "Cron",
     "Crontab",
     "Daily",
@@ -73,6 +81,7 @@ __all__ = [
     "Faulted",
     "Finished",
     "InvalidSchedule",
+    "OnBlackout",
     "Once",
     "Overlap",
     "Retry",
@@ -83,15 +92,22 @@ __all__ = [
     "RunView",
     "ScheduleConflict",
     "ScheduleNotFound",
+    "ScheduleSpec",
     "ScheduleView",
     "ScheduledRun",
+    "Secret",
+    "SecretUnavailable",
     "Solar",
     "StepFailed",
     "UnknownTask",
     "Weekday",
     "Weekly",
+    "gather",
     "now",
+    "parallel",
     "parse_run_id",
+    "patched",
+    "race",
     "random",
     "rule_from_json",
     "run_id",
@@ -102,11 +118,14 @@ __all__ = [
 ]
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "celery_durable.core.children": ("ChildHandle",),
+    "celery_durable.core.blackouts": ("Blackout", "OnBlackout"),
     "celery_durable.core.ids": ("MAX_ID_LENGTH", "parse_run_id", "run_id"),
     "celery_durable.core.outcomes": ("Cancelled", "Faulted", "Finished"),
     "celery_durable.core.policies": ("CatchUp", "Overlap"),
     "celery_durable.core.read_models": ("RunView", "ScheduleView"),
     "celery_durable.core.retry": ("Retry",),
+    "celery_durable.core.secrets": ("Secret",),
     "celery_durable.core.rules": (
         "Cron",
         "Crontab",
@@ -125,6 +144,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "Weekly",
         "rule_from_json",
     ),
+    "celery_durable.core.specs": ("ScheduleSpec",),
     "celery_durable.durable": ("Durable",),
     "celery_durable.errors": (
         "AttemptTimeout",
@@ -136,10 +156,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "RunParked",
         "ScheduleConflict",
         "ScheduleNotFound",
+        "SecretUnavailable",
         "StepFailed",
         "UnknownTask",
     ),
     "celery_durable.message": ("ScheduledRun",),
+    "celery_durable.worker.branches": ("gather", "parallel", "patched", "race"),
     "celery_durable.worker.context": ("step_context",),
     "celery_durable.worker.primitives": ("now", "random", "sleep", "uuid4", "wait_signal"),
 }

@@ -19,6 +19,7 @@ from celery_durable.beat_import import (
     import_entries,
     summary,
 )
+from celery_durable.blackouts import from_setting, import_setting
 from celery_durable.config import ConfigError, journal_url, url_setting
 from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
@@ -73,6 +74,7 @@ class DurableScheduler(Scheduler):
         """
         try:
             runtime.journal  # noqa: B018 - built for its checks
+            from_setting(self.app.conf.get("durable_blackouts"))  # P4: refused windows
         except JournalUnavailable:
             raise
         except ConfigError as exc:
@@ -94,6 +96,7 @@ class DurableScheduler(Scheduler):
         entries = default_entries(self)  # as stock beat: celery.backend_cleanup (B7)
         entries.update(self.app.conf.beat_schedule or {})
         report = import_entries(runtime, Schedules(runtime), entries)
+        import_setting(runtime)  # durable_blackouts, when set, replaces the journal's (P4)
         line = summary(report)  # only when the import stored something
         if line is not None:
             log.info("%s", line)

@@ -32,6 +32,7 @@ from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import BeatEntry, Every, Rule
 from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
+from celery_durable.core.secrets import encode_secrets
 from celery_durable.errors import DurableError, InvalidSchedule
 from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN, describe_origin, origin_label
 
@@ -161,7 +162,8 @@ def stored_value(value: Any, what: str, max_bytes: int) -> Any:
             f"{what} holds a BeatLazyFunc; the durable scheduler stores arguments when the "
             "schedule is imported, so it cannot call it at each run"
         )
-    return check_json_value(encode_celery_value(value, what), what, max_bytes=max_bytes)
+    stored, _ = encode_secrets(value)  # P5: references, and user dicts that look like one
+    return check_json_value(encode_celery_value(stored, what), what, max_bytes=max_bytes)
 
 
 def _leaves(value: Any) -> list[Any]:

@@ -54,6 +54,9 @@ class DurableConfig:
     """``durable_prune_interval``: seconds between the dispatcher's retention passes (O1)."""
     prune_batch: int = 100
     """``durable_prune_batch``: rows per retention batch, one short transaction each (O1)."""
+    partitions: int | None = None
+    """``durable_partitions``: the journal's partition count (D10); ``None`` when the app does
+    not say, and then the count stored in the journal applies (1 on a new journal)."""
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     """``durable_engine_options``: keyword arguments for SQLAlchemy's ``create_engine``
     (``pool_size``, ``pool_recycle``, ``connect_args`` …), over the library's defaults
@@ -99,6 +102,7 @@ class DurableConfig:
             retention=_retention(conf.get("durable_retention")),
             prune_interval=_positive(conf, "durable_prune_interval", 300.0),
             prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
+            partitions=_partitions(conf.get("durable_partitions")),
             engine_options=_engine_options(conf.get("durable_engine_options")),
         )
 
@@ -169,6 +173,18 @@ def _positive(conf: Any, key: str, default: float) -> float:
     if not number > 0:
         raise ConfigError(f"{key} must be positive, not {value!r}")
     return number
+
+
+def _partitions(value: Any) -> int | None:
+    """``durable_partitions``: an integer from 1 to 256, or unset (D10)."""
+    if value is None:
+        return None
+    from celery_durable.core.partitions import PartitionsError, check_partitions
+
+    try:
+        return check_partitions(value)
+    except PartitionsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _engine_options(value: Any) -> Mapping[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from celery import Celery
 
 from celery_durable import control
+from celery_durable.blackouts import GlobalBlackouts
 from celery_durable.config import DurableConfig, install_report_filter
 from celery_durable.runtime import Clock, Runtime
 from celery_durable.schedules import Schedules, ScheduleStore
@@ -21,6 +22,7 @@ from celery_durable.store.runs import RunStore
 from celery_durable.worker import run_ends as ends
 
 if TYPE_CHECKING:
+    from celery_durable.core.children import ChildHandle
     from celery_durable.core.outcomes import Outcome
     from celery_durable.core.retry import Retry
     from celery_durable.dispatch.dispatcher import Dispatcher
@@ -52,6 +54,8 @@ class Durable:
         self.runtime = Runtime(app, url, clock=clock)
         self.app = app
         self.schedules = Schedules(self.runtime)
+        self.blackouts = GlobalBlackouts(self.runtime)
+        """The global blackout windows (P4), kept in the journal."""
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
@@ -178,6 +182,41 @@ class Durable:
     def cancel(self, run_id: str) -> bool:
         """Ask a run to stop: its body sees ``StepFailed`` (kind ``cancelled``) at its next step."""
         return control.cancel(self.runtime, run_id)
+
+    # Child runs (W10-W13) ----------------------------------------------------------------------
+
+    def child(self, task: Any, /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``task(*args, **kwargs)`` as a child run of the current durable run and return
+        its result; the parent gives its worker back while it waits (W10)."""
+        from celery_durable.worker import children
+
+        return children.child(self.runtime, task, args, kwargs)
+
+    def start_child(self, task: Any, /, *args: Any, **kwargs: Any) -> ChildHandle:
+        """Start ``task`` as a child run; returns its :class:`ChildHandle` once the start is
+        stored. A child never waited for runs on by itself (W10)."""
+        from celery_durable.worker import children
+
+        return children.start_child(self.runtime, task, args, kwargs)
+
+    def wait_child(self, handle: ChildHandle) -> Any:
+        """The result of a child started with :meth:`start_child`, waited for durably (W10)."""
+        from celery_durable.worker import children
+
+        return children.wait_child(self.runtime, handle)
+
+    def map_children(self, task: Any, inputs: Iterable[Any], *, at_most: int = 10) -> list[Any]:
+        """One child run ``task(input)`` per input, at most ``at_most`` running at a time,
+        results in input order (W11)."""
+        from celery_durable.worker import children
+
+        return children.map_children(self.runtime, task, inputs, at_most)
+
+    def children(self, run_id: str) -> list[tuple[str, str]]:
+        """``(run ID, state)`` of each child run ``run_id`` started, in start order (W13)."""
+        from celery_durable.worker import children
+
+        return children.child_states(self.runtime, run_id)
 
     def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""

@@ -97,3 +97,7 @@ class JournalUnavailable(JournalError):
     A durable task that meets it while storing its own progress is delivered again later; the
     run is not ended by it.
     """
+
+
+class SecretUnavailable(DurableError, LookupError):
+    """A secret input's reference names no value here (P5); ``reference`` is the reference."""

@@ -16,12 +16,14 @@ The Prometheus gauges of :mod:`celery_durable.metrics` export the same :class:`H
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from celery_durable.schedules import ScheduleStore
 from celery_durable.store.lease import LeaseFacts, read_lease
+from celery_durable.store.partitions import partition_count, partition_of_lease, read_leases
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -50,7 +52,14 @@ class Health:
 
     checked_at: datetime
     lease: LeaseFacts | None
+    """With several partitions: the held partition lease whose holder ticked longest ago."""
     waiting: Waiting | None
+    partitions: int = 1
+    """The journal's partition count (D10)."""
+    unheld: tuple[int, ...] = ()
+    """With several partitions: those no beat holds now (D11)."""
+    holders: Mapping[int, str] = field(default_factory=dict)
+    """Each held partition's holder (with one partition: 0 → the lease's holder)."""
 
     @property
     def holder(self) -> str | None:
@@ -80,6 +89,12 @@ class Health:
     def verdict(self, *, max_lag: float, max_tick_age: float) -> tuple[str, str]:
         """``(verdict, one-line reason)``: ``ok`` or the first of the three questions failed."""
         lease = self.lease
+        if self.unheld:
+            shown = ", ".join(map(str, self.unheld[:8])) + (" …" if len(self.unheld) > 8 else "")
+            return NO_DISPATCHER, (
+                f"{len(self.unheld)} of {self.partitions} partitions have no holder ({shown}): "
+                "is a beat missing?"
+            )
         if self.holder is None or lease is None:
             if lease is None:
                 return NO_DISPATCHER, "no dispatcher holds the lease (is celery beat running?)"
@@ -119,8 +134,42 @@ def check(runtime: Runtime) -> Health:
     Raises what the journal raises when it cannot be reached (SQLAlchemy's errors).
     """
     now = runtime.now()
-    lease = read_lease(runtime.journal)
-    return Health(checked_at=now, lease=lease, waiting=oldest_waiting(runtime, now))
+    count = partition_count(runtime.journal)
+    if count == 1:
+        lease = read_lease(runtime.journal)
+        holders = {0: lease.owner} if lease is not None and lease.expires_at >= now else {}
+        return Health(
+            checked_at=now, lease=lease, waiting=oldest_waiting(runtime, now), holders=holders
+        )
+    held = {}
+    for row in read_leases(runtime.journal):
+        k = partition_of_lease(row.name)
+        if k is not None and k < count and row.expires_at >= now:
+            held[k] = row
+    unheld = tuple(k for k in range(count) if k not in held)
+    worst = min(
+        held.values(),
+        key=lambda r: (r.ticked_at is not None, r.ticked_at or r.taken_at or now),
+        default=None,
+    )
+    facts = (
+        None
+        if worst is None
+        else LeaseFacts(
+            owner=worst.owner,
+            expires_at=worst.expires_at,
+            taken_at=worst.taken_at,
+            ticked_at=worst.ticked_at,
+        )
+    )
+    return Health(
+        checked_at=now,
+        lease=facts,
+        waiting=oldest_waiting(runtime, now),
+        partitions=count,
+        unheld=unheld,
+        holders={k: row.owner for k, row in held.items()},
+    )
 
 
 def oldest_waiting(runtime: Runtime, now: datetime) -> Waiting | None:

@@ -8,7 +8,8 @@ the worker that reads it and the re-sender that repeats it agree by construction
   :data:`BEAT_HEADER` (as stock beat's), :data:`TRACK_END_HEADER` when the schedule's
   overlap policy must hear of the run's end (D7), and :data:`DEADLINE_HEADER` (with Celery's
   ``expires`` for plain tasks) for a start deadline;
-  :data:`OWNER_HEADER` on a durable run's own short-sleep re-send;
+  :data:`OWNER_HEADER` on a durable run's own short-sleep re-send; :data:`PARENT_HEADER` on a
+  child run's message (W10);
 * a plain task gets the arguments stock beat would send; a durable task one tagged JSON object,
   the :class:`ScheduledRun`;
 * the Celery options a schedule may carry (:data:`SCHEDULE_OPTIONS`), of which
@@ -23,6 +24,7 @@ handed the app.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -31,6 +33,15 @@ from typing import Any
 from celery_durable.core.codec import decode_celery_value, time_from_json, time_to_json
 from celery_durable.core.ids import format_due
 from celery_durable.core.schedule_aggregate import PendingRun
+from celery_durable.core.secrets import (
+    SECRETS_OPTION,
+    Lookup,
+    decode_secrets,
+    encode_secrets,
+    has_secrets,
+    resolve_secrets,
+    resolve_value,
+)
 
 SCHEDULE_HEADER = "durable_schedule"
 """The schedule ID of a scheduled run's message."""
@@ -45,6 +56,8 @@ DEADLINE_HEADER = "durable_deadline"
 records it as missed; a durable run that has not started by then never starts."""
 OWNER_HEADER = "durable_owner"
 """Message header naming the claim a re-sent delivery takes over (its own, from before)."""
+PARENT_HEADER = "durable_parent"
+"""Message header of a child run (W10): its parent's run ID, stored in its ``RunStarted``."""
 
 STR_OPTIONS = ("queue", "routing_key", "exchange")
 """Schedule options that are routing names."""
@@ -83,32 +96,104 @@ with typed values (B5), and may name a task known only to the workers (B4).
 """
 MARKERS = (BEAT_ENTRY, IMPORTED)
 """Options that say where a schedule came from; stored, never sent."""
-NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", *MARKERS))
+NOT_FORWARDED = frozenset(("args", "kwargs", "headers", "retry", SECRETS_OPTION, *MARKERS))
 """Options of a ``beat_schedule`` entry the dispatcher sets itself rather than passing on.
 
 ``retry``: a failed send is retried by the dispatcher (D3), never inside the send.
+``$secrets``: marks values stored with secret references (P5).
 """
 
 SCHEDULED_RUN_TAG = "celery_durable.ScheduledRun"
 """Key marking the JSON form of a :class:`ScheduledRun` in a message's arguments."""
 
 
-@dataclass(frozen=True, slots=True)
 class ScheduledRun:
-    """What a schedule hands to a durable task: its ID, the due time (aware UTC), the input."""
+    """What a schedule hands to a durable task: its ID, the due time (aware UTC), the input.
+
+    An input holding :class:`~celery_durable.core.secrets.Secret` references (P5) keeps them:
+    ``repr``, equality and the JSON form show the references, and each read of :attr:`input`
+    returns the input with their values, read then (in the worker, with the lookup the worker
+    hands in; without one, from the environment only).
+    """
+
+    __slots__ = ("_lookup", "_marked", "_value", "due", "schedule")
 
     schedule: str
     due: datetime
-    input: Any = None
+    _value: Any
+    _marked: bool
+    _lookup: Lookup | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"schedule": self.schedule, "due": time_to_json(self.due), "input": self.input}
+    def __init__(
+        self, schedule: str, due: datetime, input: Any = None, *, lookup: Lookup | None = None
+    ) -> None:
+        self._fill(schedule, due, input, has_secrets(input), lookup)
+
+    def _fill(
+        self, schedule: str, due: datetime, value: Any, marked: bool, lookup: Lookup | None
+    ) -> None:
+        object.__setattr__(self, "schedule", schedule)
+        object.__setattr__(self, "due", due)
+        object.__setattr__(self, "_value", value)
+        object.__setattr__(self, "_marked", marked)
+        object.__setattr__(self, "_lookup", lookup)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScheduledRun:
-        return cls(
-            schedule=data["schedule"], due=time_from_json(data["due"]), input=data.get("input")
-        )
+    def _stored(
+        cls, schedule: str, due: datetime, value: Any, marked: bool, lookup: Lookup | None = None
+    ) -> ScheduledRun:
+        """A run whose input is known to hold secrets (``marked``) or not: no walk over it."""
+        run = cls.__new__(cls)
+        run._fill(schedule, due, value, marked, lookup)
+        return run
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("ScheduledRun is immutable")
+
+    @property
+    def input(self) -> Any:
+        """The schedule's input, with the values of its secrets (``SecretUnavailable``
+        naming a reference that cannot be read)."""
+        if not self._marked:
+            return self._value
+        return resolve_value(self._value, self._lookup or _environment)
+
+    def __repr__(self) -> str:
+        return f"ScheduledRun(schedule={self.schedule!r}, due={self.due!r}, input={self._value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScheduledRun):
+            return NotImplemented
+        return (self.schedule, self.due, self._value) == (other.schedule, other.due, other._value)
+
+    __hash__ = None  # type: ignore[assignment]  # the input may be a dict, as before
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ScheduledRun, (self.schedule, self.due, self._value))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form; with secrets, their references and the ``secrets`` mark (P5)."""
+        data = {"schedule": self.schedule, "due": time_to_json(self.due), "input": self._value}
+        if self._marked:
+            data["input"], _ = encode_secrets(self._value)
+            data["secrets"] = 1
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], lookup: Lookup | None = None) -> ScheduledRun:
+        """The run :meth:`to_json` wrote; references are read only under the ``secrets``
+        mark, so an input sent without it is taken as it is."""
+        value, marked = data.get("input"), bool(data.get("secrets"))
+        if marked:
+            value = decode_secrets(value)
+        return cls._stored(data["schedule"], time_from_json(data["due"]), value, marked, lookup)
+
+
+def _environment(scheme: str, name: str) -> Any:
+    """The lookup of a run built without one: environment variables only."""
+    if scheme != "env":
+        raise KeyError(name)
+    return os.environ[name]
 
 
 def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
@@ -121,10 +206,13 @@ def scheduled_message(run: ScheduledRun) -> tuple[list[Any], dict[str, Any], dic
     return [{SCHEDULED_RUN_TAG: 1, **run.to_json()}], {}, {}
 
 
-def decode_args(args: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
-    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``."""
+def decode_args(args: tuple[Any, ...] | list[Any], lookup: Lookup | None = None) -> tuple[Any, ...]:
+    """The body's arguments: a tagged ``ScheduledRun`` object becomes a ``ScheduledRun``
+    (``lookup`` reads its secrets, P5)."""
     return tuple(
-        ScheduledRun.from_json(arg) if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg else arg
+        ScheduledRun.from_json(arg, lookup)
+        if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg
+        else arg
         for arg in args
     )
 
@@ -154,7 +242,7 @@ def stored_values(options: Mapping[str, Any]) -> dict[str, Any]:
 def passes_through(options: Mapping[str, Any]) -> bool:
     """Whether a schedule's options are sent as its source scheduler sent them (B4, B5):
     imported from ``beat_schedule`` or by an importer (I1, I2)."""
-    return any(marker in options for marker in MARKERS)
+    return BEAT_ENTRY in options or IMPORTED in options  # MARKERS, without a generator
 
 
 BEAT_ORIGIN = "beat_schedule"
@@ -210,12 +298,20 @@ def describe_origin(task: str, options: Mapping[str, Any]) -> str:
 
 
 def run_message(
-    sid: str, pending: PendingRun, *, durable: bool, now: datetime | None = None
+    sid: str,
+    pending: PendingRun,
+    *,
+    durable: bool,
+    now: datetime | None = None,
+    secrets: Lookup | None = None,
 ) -> Message:
     """The message of a run: as stock beat sends it for plain tasks, a ScheduledRun else.
 
     A run with a start deadline (P1) expires at it, or earlier when its own ``expires``
-    (seconds after ``now``, the moment of sending) says so.
+    (seconds after ``now``, the moment of sending) says so. Secret inputs (P5): a durable
+    task's ScheduledRun carries the references (the worker reads them); a plain task's
+    arguments get the values read by ``secrets`` now (``SecretUnavailable`` naming the
+    reference), or keep the references when no lookup is given (checks that send nothing).
     """
     options = dict(pending.options)
     passed = passes_through(options)
@@ -241,8 +337,10 @@ def run_message(
             # redelivered or woken after the deadline.
             user = send_options.pop("expires", None)
             headers["expires"] = expiry(pending.deadline, user, now)
+    marked = SECRETS_OPTION in options
     if durable:
-        run = ScheduledRun(schedule=sid, due=pending.due, input=pending.input)
+        value = decode_secrets(pending.input) if marked else pending.input
+        run = ScheduledRun._stored(sid, pending.due, value, marked)
         args, kwargs, extra = scheduled_message(run)
         headers.update(extra)
         return Message(list(args), dict(kwargs), send_options, headers)
@@ -250,7 +348,14 @@ def run_message(
         args = list(options.get("args") or [])
     else:
         args = [] if pending.input is None else [pending.input]
-    return Message(args, dict(options.get("kwargs") or {}), send_options, headers)
+    kwargs = dict(options.get("kwargs") or {})
+    if marked and secrets is not None:  # P5: read when the message is built
+        # Celery shows argsrepr/kwargsrepr (worker logs, events, Flower) instead of the
+        # arguments: those show the references.
+        send_options["argsrepr"] = repr(decode_secrets(args))
+        send_options["kwargsrepr"] = repr(decode_secrets(kwargs))
+        args, kwargs = resolve_secrets(args, secrets), resolve_secrets(kwargs, secrets)
+    return Message(args, kwargs, send_options, headers)
 
 
 def expiry(deadline: datetime, expires: float | datetime | None, now: datetime | None) -> str:

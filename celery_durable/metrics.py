@@ -22,6 +22,9 @@ name                                        type       labels      what
 ``celery_durable_last_tick_age_seconds``    gauge      —           since its last completed tick
 ``celery_durable_oldest_waiting_due_seconds`` gauge    —           how long the oldest due run
                                                                    has waited (0: none)
+``celery_durable_partition_held``           gauge      partition   1 while a beat holds it (D10)
+``celery_durable_partition_holder``         gauge      partition,  1 for each partition's holder
+                                                       holder
 ==========================================  =========  ==========  ===========================
 
 The signals are sent in the process that stores the events, normally ``celery beat``: install
@@ -260,6 +263,23 @@ class _HealthCollector(_ScrapedCollector):
         ):
             if value is not None:
                 yield GaugeMetricFamily(f"celery_durable_{name}", text, value=value)
+        held = GaugeMetricFamily(
+            "celery_durable_partition_held",
+            "1 while a beat holds the partition's lease, else 0 (D10, D11).",
+            labels=["partition"],
+        )
+        by_holder = GaugeMetricFamily(
+            "celery_durable_partition_holder",
+            "1 for the beat holding each partition.",
+            labels=["partition", "holder"],
+        )
+        for k in range(facts.partitions):
+            owner = facts.holders.get(k)
+            held.add_metric([str(k)], 0 if owner is None else 1)
+            if owner is not None:
+                by_holder.add_metric([str(k), owner], 1)
+        yield held
+        yield by_holder
         yield GaugeMetricFamily(
             "celery_durable_oldest_waiting_due_seconds",
             "Seconds the oldest due run not yet sent has waited (0: none waits).",

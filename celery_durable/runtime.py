@@ -78,7 +78,7 @@ class Runtime:
         self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
         self.fault: Callable[[str], None] = crash_at(os.environ.get(CRASH_VARIABLE))
         """Called at the dispatcher's and retention's fault points with the point's name."""
-        self.step_hooks: list[Callable[[str, str, int, str], None]] = []
+        self.step_hooks: list[Callable[[str, str, int | str, str], None]] = []
         """Called in the worker as ``hook(moment, run_id, position, name)``: ``"call"`` before a
         step's function runs, ``"stored"`` once its result is stored. A hook may raise
         :class:`~.worker.context.DeliveryKilled` (a simulated crash at that step boundary)."""

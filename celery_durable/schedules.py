@@ -10,12 +10,14 @@ from __future__ import annotations
 import builtins
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from celery_durable import signals
+from celery_durable.blackouts import GlobalBlackouts
 from celery_durable.core import sun
 from celery_durable.core.audit import HistoryEntry, check_audit, history_of
 from celery_durable.core.backfill import (
@@ -24,9 +26,11 @@ from celery_durable.core.backfill import (
     backfill_due_times,
     why_nothing,
 )
+from celery_durable.core.blackouts import Blackout, OnBlackout, check_windows
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
 from celery_durable.core.ids import run_id as make_run_id
+from celery_durable.core.journal import Append
 from celery_durable.core.limits import check_instant, check_rule_limits
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
 from celery_durable.core.read_models import RunView, ScheduleView
@@ -51,6 +55,7 @@ from celery_durable.core.schedule_aggregate import (
     Pause,
     Resume,
     ScheduleState,
+    decide,
     decide_all,
 )
 from celery_durable.core.schedule_events import (
@@ -65,7 +70,15 @@ from celery_durable.core.schedule_events import (
     from_stored,
     to_new_event,
 )
-from celery_durable.errors import InvalidSchedule
+from celery_durable.core.secrets import (
+    SECRETS_OPTION,
+    encode_secrets,
+    holds_references,
+    shown_input,
+    shown_options,
+)
+from celery_durable.core.specs import ScheduleSpec
+from celery_durable.errors import DurableError, InvalidSchedule
 from celery_durable.message import (
     IMPORTED,
     NUMBER_OPTIONS,
@@ -84,6 +97,18 @@ _RULE_TYPES = (Daily, Weekly, Every, Cron, Crontab, Solar, Once)
 _EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 log = logging.getLogger("celery_durable.schedules")
+
+
+@contextmanager
+def _naming(index: int, schedule_id: Any) -> Iterator[None]:
+    """Raise an error of a spec of ``create_many`` again, its message naming the spec."""
+    try:
+        yield
+    except DurableError as exc:
+        fields = {**exc._fields, "index": index}
+        raise type(exc)(f"specs[{index}] (id {schedule_id!r}): {exc.message}", **fields) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidSchedule(f"specs[{index}] (id {schedule_id!r}): {exc}", index=index) from exc
 
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -220,8 +245,9 @@ class Schedules:
 
         ``options`` are Celery message options (``queue``, ``priority``, ``expires`` …) and the
         policies ``overlap`` (D7), ``start_deadline``, ``jitter`` and ``catch_up_window``
-        (P1–P3: a ``timedelta`` or seconds). A second create with the content the schedule
-        was first created with stores nothing (A1). Raises ``InvalidSchedule`` for bad
+        (P1–P3: a ``timedelta`` or seconds), ``blackouts`` (a list of :class:`Blackout`) and
+        ``on_blackout`` (``"skip"`` or ``"defer"``, P4). A second create with the content the
+        schedule was first created with stores nothing (A1). Raises ``InvalidSchedule`` for bad
         arguments, ``UnknownTask`` when the task is not registered (A7), ``ScheduleConflict``
         for other content or a deleted ID. ``by`` and ``reason`` (who and why, O5) are stored
         with the event, as on every command, and shown by :meth:`history`.
@@ -231,6 +257,68 @@ class Schedules:
         check_audit(by, reason)
         content = self.check(id, task, input, rule, catch_up, options)
         self._execute(id, lambda now: Create(content=content, now=now, by=by, reason=reason))
+
+    def create_many(self, specs: Iterable[ScheduleSpec | Mapping[str, Any]]) -> int:
+        """Create many schedules at once, all or nothing (D13); return how many were new.
+
+        Each spec is a :class:`ScheduleSpec` or a mapping of :meth:`create`'s arguments (keys
+        other than ``id``, ``task``, ``input``, ``rule``, ``catch_up``, ``by``, ``reason`` are
+        options). Every spec is checked as :meth:`create` checks it before anything is
+        stored; the first failure is raised with its own type (``InvalidSchedule``,
+        ``UnknownTask``, ``ScheduleConflict``), its message starting with ``specs[<index>]``
+        and the schedule ID, and nothing is stored. A spec whose schedule already exists with
+        the same content stores nothing (A1); an ID given twice is refused. The new
+        schedules' events are appended in one transaction.
+
+        >>> durable.schedules.create_many(
+        ...     ScheduleSpec(id=f"report-{n}", task="reports.send", input=n, rule=Every(3600))
+        ...     for n in range(10_000))
+        """
+        checked: builtins.list[tuple[int, str, Content, str | None, str | None]] = []
+        seen: dict[str, int] = {}
+        for index, given in enumerate(specs):
+            spec = ScheduleSpec.of(given, index)
+            with _naming(index, spec.id):
+                if spec.id in seen:
+                    raise InvalidSchedule(
+                        f"schedule ID given twice (also specs[{seen[spec.id]}])", field="id"
+                    )
+                check_audit(spec.by, spec.reason)
+                content = self.check(
+                    spec.id, spec.task, spec.input, spec.rule, spec.catch_up, dict(spec.options)
+                )
+            seen[spec.id] = index
+            checked.append((index, spec.id, content, spec.by, spec.reason))
+        if not checked:
+            return 0
+        journal = self._runtime.journal
+
+        def attempt() -> builtins.list[tuple[str, builtins.list[ScheduleEvent]]]:
+            states = self.store.load_many([sid for _i, sid, *_rest in checked])
+            now = self._runtime.now()
+            made: builtins.list[tuple[str, builtins.list[ScheduleEvent]]] = []
+            appends: builtins.list[Append] = []
+            for index, sid, content, by, reason in checked:
+                state = states[sid]
+                with _naming(index, sid):
+                    events = decide(state, Create(content=content, now=now, by=by, reason=reason))
+                if events:
+                    made.append((sid, events))
+                    appends.append(
+                        Append(
+                            stream=schedule_stream(sid),
+                            expected_version=state.version,
+                            events=[to_new_event(e) for e in events],
+                        )
+                    )
+            journal.append_many(appends)
+            return made
+
+        made = retry_on_conflict(attempt, what=f"{len(checked)} new schedules")
+        for sid, events in made:
+            for event in events:
+                signals.announce(self, sid, event)
+        return len(made)
 
     def change(
         self,
@@ -363,7 +451,9 @@ class Schedules:
     def state(self, id: str) -> ScheduleView | None:
         """The schedule as the journal knows it, or ``None`` when it was never created (V1)."""
         state = self.store.load(check_schedule_id(id, stored=True))
-        return view_of(state, self._runtime.beat_objects) if state.exists else None
+        if not state.exists:
+            return None
+        return view_of(state, self._runtime.beat_objects, GlobalBlackouts(self._runtime).get())
 
     def history(self, id: str) -> builtins.list[HistoryEntry]:
         """Every command on a schedule (create, change, pause, resume, delete, trigger,
@@ -379,7 +469,8 @@ class Schedules:
     def list(self, *, include_deleted: bool = False) -> builtins.list[ScheduleView]:
         """Every schedule, ordered by ID (deleted ones only when asked)."""
         live = self._runtime.beat_objects
-        views = [view_of(s, live) for s in self.store.load_all() if s.exists]
+        windows = GlobalBlackouts(self._runtime).get()
+        views = [view_of(s, live, windows) for s in self.store.load_all() if s.exists]
         return [v for v in views if include_deleted or not v.deleted]
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
@@ -424,14 +515,25 @@ class Schedules:
         if isinstance(rule, Solar):
             sun.require_ephem()  # refuse before storing a rule this process cannot compute
         policy = CatchUp.parse(catch_up)
+        windows = check_windows(options.pop("blackouts", None))
+        on_blackout = OnBlackout.parse(options.pop("on_blackout", OnBlackout.SKIP))
         timing = Timing.parse(policy, **{k: options.pop(k) for k in POLICY_FIELDS if k in options})
         max_bytes = runtime.config.max_input_bytes
+        input, marked = encode_secrets(input)
         check_json_value(input, "input", max_bytes=max_bytes)
-        if from_beat:
+        if from_beat:  # the import stored args and kwargs with their references already
             checked_options = dict(options)
+            marked = marked or any(holds_references(options.get(k)) for k in ("args", "kwargs"))
         else:
+            for key in ("args", "kwargs"):
+                if key in options:
+                    options[key], uses = encode_secrets(options[key])
+                    marked = marked or uses
             checked_options = check_options(options, max_bytes)
             runtime.require_task(task_name)
+        checked_options.pop(SECRETS_OPTION, None)
+        if marked:  # P5: the stored values hold references (or escaped lookalikes)
+            checked_options[SECRETS_OPTION] = 1
         content = Content(
             task=task_name,
             input=input,
@@ -440,6 +542,8 @@ class Schedules:
             overlap=overlap,
             options=checked_options,
             timing=timing,
+            blackouts=windows,
+            on_blackout=on_blackout,
         )
         if not from_beat:  # stock beat sends whatever the entry says (B1)
             check_call(runtime, id, content)
@@ -474,6 +578,22 @@ class ScheduleStore:
         state = state or ScheduleState(schedule_id=schedule_id)
         tail = journal.read_stream(schedule_stream(schedule_id), after_version=state.version)
         return fold_stream(state, tail, self._runtime.index.snapshots.state)
+
+    def load_many(self, schedule_ids: Sequence[str]) -> dict[str, ScheduleState]:
+        """The current states of these schedules (a fresh state for an unknown ID), by ID:
+        their index rows plus the schedule events stored after the index's position."""
+        index = self._runtime.index
+        wanted = set(schedule_ids)
+        try:
+            position = index.position()
+            states = index.load(sorted(wanted))
+            tail = index.events_after(position)
+            tail = [e for e in tail if stream_schedule_id(e.stream) in wanted]
+        except UnreadableEntry as exc:
+            log.warning("%s; reading the schedules' streams instead", exc)
+            return {sid: self.load(sid) for sid in wanted}
+        fold_stored(states, tail, index.snapshots.state)
+        return {sid: states.get(sid) or ScheduleState(schedule_id=sid) for sid in wanted}
 
     def load_all(self) -> list[ScheduleState]:
         """Every schedule's current state, ordered by ID: the index rows plus newer events."""
@@ -539,18 +659,23 @@ class ScheduleStore:
         return events
 
 
-def view_of(state: ScheduleState, live: LiveSchedules | None = None) -> ScheduleView:
-    """The user-facing view of a schedule state (``live``: a beat's schedule objects, B3)."""
+def view_of(
+    state: ScheduleState,
+    live: LiveSchedules | None = None,
+    blackouts: tuple[Blackout, ...] = (),
+) -> ScheduleView:
+    """The user-facing view of a schedule state (``live``: a beat's schedule objects, B3;
+    ``blackouts``: the global windows, P4)."""
     content = state.content
     assert content is not None
     return ScheduleView(
         id=state.schedule_id,
         task=content.task,
-        input=content.input,
+        input=shown_input(content.input, content.options),
         rule=content.rule,
         catch_up=content.catch_up,
         overlap=content.overlap,
-        options=dict(content.options),
+        options=shown_options(content.options),
         start_deadline=content.timing.start_deadline,
         jitter=content.timing.jitter,
         catch_up_window=content.timing.catch_up_window,
@@ -558,6 +683,9 @@ def view_of(state: ScheduleState, live: LiveSchedules | None = None) -> Schedule
         deleted=state.deleted,
         anchor=state.anchor,
         next_due=state.next_due(live),
+        blackouts=content.blackouts,
+        on_blackout=content.on_blackout,
+        next_run=state.next_run(blackouts, live),
         created_at=state.created_at,
         runs_decided=state.runs_decided,
         pending=len(state.pending),
@@ -577,7 +705,7 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
                 "due": event.due,
                 "state": "decided",
                 "task": event.task,
-                "input": event.input,
+                "input": shown_input(event.input, event.options),
                 "reason": event.reason,
                 "decided_at": event.at,
             }

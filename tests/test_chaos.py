@@ -1,5 +1,6 @@
 """The chaos harness in CI (A6, A8, D6, D8, W8): two minutes of faults, then every invariant;
-then a shorter run with the journal on MariaDB (``--journal mysql``, one minute).
+then a shorter run with the journal on MariaDB (``--journal mysql``, one minute), and one
+minute with 3 beats sharing 8 partitions (``--partitions 8``, D10: every beat works).
 
 ``python -m tests.chaos.run --minutes 2`` in a subprocess; its table is printed (``pytest -s``
 shows it; it is also in the failure report). Longer runs: ``CELERY_DURABLE_CHAOS_MINUTES``, or run
@@ -23,11 +24,13 @@ MYSQL_MINUTES = min(MINUTES, 1.0)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(MINUTES * 60 + 480))]
 
 
-@pytest.mark.parametrize("journal", ["postgres", "mysql"])
+@pytest.mark.parametrize("journal", ["postgres", "mysql", "postgres-partitions"])
 def test_chaos_run_keeps_every_invariant(
     tmp_path: Path, journal: str, request: pytest.FixtureRequest
 ) -> None:
     minutes = MINUTES if journal == "postgres" else MYSQL_MINUTES
+    partitions = "8" if journal.endswith("-partitions") else "1"
+    journal = journal.removesuffix("-partitions")
     env = child_env()
     if journal == "mysql":
         # The harness makes its journal database beside the configured one.
@@ -35,7 +38,8 @@ def test_chaos_run_keeps_every_invariant(
     workdir = tmp_path / "chaos"
     done = subprocess.run(
         python_command("-m", "tests.chaos.run", "--minutes", str(minutes), "--workdir",
-                       str(workdir), "--drain-timeout", "180", "--journal", journal),
+                       str(workdir), "--drain-timeout", "180", "--journal", journal,
+                       "--partitions", partitions, "--beats", "3"),
         cwd=REPO_ROOT, env=env, capture_output=True, text=True,
         timeout=minutes * 60 + 420,
     )  # fmt: skip

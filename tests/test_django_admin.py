@@ -796,3 +796,35 @@ def test_the_admin_says_where_celerys_own_schedule_came_from(client: Any, durabl
     assert '<td id="durable-origin">installed by Celery because result_expires is set' in detail, (
         detail
     )
+
+
+def test_run_pages_link_a_parent_and_its_children_both_ways(
+    client: Any, durable: Durable, journal_url: str
+) -> None:
+    """W13: a parent's page lists its children with links; a child's page links its parent."""
+    if not journal_url.startswith("sqlite"):
+        pytest.skip("the child-run tree is the same on every journal (tests/test_children.py)")
+    from celery_durable.testing import DurableHarness
+
+    @durable.task(name="shop.part", shared=False)
+    def part(x: int) -> int:
+        return x + 1
+
+    @durable.task(name="shop.whole", shared=False)
+    def whole() -> list[int]:
+        return list(durable.map_children(part, [1, 2], at_most=2))
+
+    with DurableHarness(durable.app, journal_url) as harness:
+        harness.start()
+        whole.apply_async(task_id="tree")
+        harness.run_until_idle()
+        assert harness.result("tree") == [2, 3]
+    page = text(client.get(LIST + "run/tree/"))
+    assert 'data-child="tree:0.0"' in page and 'data-child="tree:0.1"' in page
+    from django.contrib.admin.utils import quote
+
+    assert f'href="{LIST}run/{quote("tree:0.0")}/"' in page and "finished" in page
+    child = text(client.get(f"{LIST}run/{quote('tree:0.1')}/"))
+    assert f'<a href="{LIST}run/tree/"><code>tree</code></a>' in child
+    assert "No child runs." in child
+    assert client.get(LIST + "run/nobody/").status_code == 404

@@ -28,6 +28,9 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 class World:
+    include: tuple[str, ...] = ()
+    """More task modules the workers import (``celery worker --include``)."""
+
     def __init__(self, tmp_path: Path, broker: str, journal: str, **env: str) -> None:
         self.tmp = tmp_path
         self.calls = tmp_path / "calls.db"
@@ -52,6 +55,7 @@ class World:
             "-m", "celery", "-A", "tests.support.durable_apps", "worker", "--pool=solo",
             "--concurrency=1", "-n", f"{name}@%h", "--without-heartbeat", "--without-mingle",
             "--without-gossip", "--loglevel=INFO",
+            *(("--include", ",".join(self.include)) if self.include else ()),
         )  # fmt: skip
         with running_process(
             cmd, log_path=self.tmp / f"{name}.log", env={**self.env, **env}

@@ -16,12 +16,14 @@ import celery_durable
 
 PUBLIC = [
     "FRIDAY", "MAX_ID_LENGTH", "MONDAY", "SATURDAY", "SUNDAY", "THURSDAY", "TUESDAY", "WEDNESDAY",
-    "AttemptTimeout", "Cancelled", "CatchUp", "Cron", "Crontab", "Daily", "Durable",
-    "DurableError", "Every", "Faulted", "Finished", "InvalidSchedule", "Once", "Overlap", "Retry",
+    "AttemptTimeout", "Blackout", "Cancelled", "CatchUp", "ChildHandle", "Cron", "Crontab",
+    "Daily", "Durable", "DurableError", "Every", "Faulted", "Finished", "InvalidSchedule",
+    "OnBlackout", "Once", "Overlap", "Retry",
     "RunCancelled", "RunEnded", "RunFaulted", "RunParked", "RunView", "ScheduleConflict",
-    "ScheduleNotFound", "ScheduleView", "ScheduledRun", "Solar", "StepFailed", "UnknownTask",
-    "Weekday", "Weekly", "now", "parse_run_id", "random", "rule_from_json", "run_id", "sleep",
-    "step_context", "uuid4", "wait_signal",
+    "ScheduleNotFound", "ScheduleSpec", "ScheduleView", "ScheduledRun", "Secret",
+    "SecretUnavailable", "Solar", "StepFailed", "UnknownTask", "Weekday", "Weekly", "gather",
+    "now", "parallel", "parse_run_id", "patched", "race", "random", "rule_from_json", "run_id",
+    "sleep", "step_context", "uuid4", "wait_signal",
 ]  # fmt: skip
 
 SPEC_8 = [
@@ -62,6 +64,11 @@ SPEC_8 = [
     "RunFaulted",
     "RunCancelled",
     "MAX_ID_LENGTH",
+    "ChildHandle",
+    "parallel",
+    "race",
+    "gather",
+    "patched",
 ]
 """The names SPEC §8 lists for the features this version has."""
 

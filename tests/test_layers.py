@@ -35,10 +35,15 @@ BLOCKED = ("sqlalchemy", "celery", "kombu", "psycopg", "django", "flask", "click
 LAYERS = [
     ("errors",),
     ("core",),
-    ("message", "signals"),
-    ("store", "config", "beat_objects"),  # config redacts the URL with the store's parser
+    ("message", "signals", "tracing"),
+    (
+        "store",
+        "config",
+        "beat_objects",
+        "secret_lookup",
+    ),  # config redacts the URL with the store's parser
     ("runtime",),
-    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health"),
+    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health", "blackouts"),
     (
         "beat",
         "beat_import",

@@ -150,3 +150,53 @@ def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: 
     assert code == 3 and "no durable run 'nope'" in out
     code, out = cli(sqlite_url, "--check", "--run", "x", "--since", "1d")
     assert code == 2 and "cannot be combined" in out
+
+
+def test_runs_of_the_old_code_take_the_old_branch_of_a_patch(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    replay_app.patching.apply_async(task_id="old-code")
+    harness.run_until_idle()
+    replay_app.BODY["patch"] = "new"
+    replay_app.patching.apply_async(task_id="new-code")
+    harness.run_until_idle()
+    assert [harness.result(i) for i in ("old-code", "new-code")] == [["A", "B"], ["B", "A"]]
+    assert [s.position for s in harness.steps_of("old-code")] == [0, 1]
+    assert [(s.name, s.kind) for s in harness.steps_of("new-code")] == [
+        ("b-first", "patch"),
+        ("b", "step"),
+        ("a", "step"),
+    ]
+
+    code, out = cli(sqlite_url, "--check")
+    assert code == 0, out
+    assert out.splitlines() == [
+        "run 'old-code' (replay.patching) takes the old branch of patch 'b-first' at position 0",
+        "every checked run replays on the stored path",
+    ]
+    code, out = cli(sqlite_url, "--check", "--json")
+    report = json.loads(out[: out.rindex("}") + 1])
+    assert report["divergent"] == []
+    assert [(o["run_id"], o["position"], o["change_id"]) for o in report["old_branch"]] == [
+        ("old-code", 0, "b-first")
+    ]
+    # Without the patch the old run would park (W6): the check says so.
+    replay_app.BODY["patch"] = "unguarded"
+    found = harness.replay_check()
+    assert {(d.run_id, d.position) for d in found} == {("new-code", 0)}
+
+
+def test_parallel_branches_are_checked_at_their_dotted_positions(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    replay_app.branched.apply_async(task_id="branched-1")
+    harness.run_until_idle()
+    assert harness.result("branched-1") == ["A", "B"]
+    assert cli(sqlite_url, "--check")[0] == 0
+    replay_app.BODY["branches"] = "ba"
+    code, out = cli(sqlite_url, "--check")
+    assert code == 1
+    assert (
+        "run 'branched-1' (replay.branched) at position 0.0.0: "
+        "the journal holds step 'a' but the body now asks for step 'b'"
+    ) in out

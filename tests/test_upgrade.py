@@ -242,7 +242,7 @@ def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_
             versions = dict(conn.execute(sa.text(
                 "SELECT component, version FROM celery_durable_schema"
             )).all())  # fmt: skip
-        assert versions == {"journal": 2}
+        assert versions == {"journal": 3}
         assert origins == ORIGINS
         entries = {k: v for k, v in BEAT_ENTRIES.items() if k != "gone"}
         report = import_beat_schedule(durable, entries)
@@ -250,5 +250,30 @@ def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_
         gone, api = durable.schedules.state("gone"), durable.schedules.state("api-made")
         assert gone is not None and gone.paused
         assert api is not None and not api.paused
+    finally:
+        durable.close()
+
+
+def test_a_v1_journal_gains_the_slot_of_each_schedule_and_a_partitioned_read(
+    beat_copy: Path,
+) -> None:
+    """Journal version 3 (D10): opening the v1 journal fills the index's ``slot`` column with
+    each schedule ID's stable hash, so a beat of a partitioned journal reads only its rows."""
+    from celery_durable.core.partitions import partition_of, slot_of
+    from celery_durable.store.index import ScheduleIndex
+
+    app = Celery("upgrade-slots", broker="memory://", set_as_current=False)
+    durable = Durable(app, f"sqlite:///{beat_copy}", clock=Clock(BEAT_BASE))
+    try:
+        durable.journal.ensure_ready()
+        with durable.journal.engine.connect() as conn:
+            slots = dict(conn.execute(sa.text(
+                "SELECT schedule_id, slot FROM celery_durable_schedule_index"
+            )).all())  # fmt: skip
+        assert slots == {sid: slot_of(sid) for sid in ORIGINS}
+        index = ScheduleIndex(durable.journal, partitions=4)
+        for k in range(4):
+            expected = {sid for sid in ORIGINS if partition_of(sid, 4) == k}
+            assert set(index.attention(frozenset({k}))) == expected
     finally:
         durable.close()

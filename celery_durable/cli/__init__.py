@@ -14,9 +14,11 @@ from typing import Any
 import click
 
 from celery_durable.cli.admin import db, index, prune
+from celery_durable.cli.blackouts import blackouts
 from celery_durable.cli.common import DurableGroup, invalid, option, start_session
 from celery_durable.cli.health import health
 from celery_durable.cli.importing import import_group
+from celery_durable.cli.partitions import beats, partitions
 from celery_durable.cli.replay import replay
 from celery_durable.cli.run import run
 from celery_durable.cli.runs import runs
@@ -24,7 +26,20 @@ from celery_durable.cli.schedules import schedules
 
 __all__ = ["bound_group", "durable", "main"]
 
-_COMMANDS = (schedules, runs, run, replay, index, db, health, import_group, prune)
+_COMMANDS = (
+    schedules,
+    blackouts,
+    runs,
+    run,
+    replay,
+    index,
+    db,
+    health,
+    beats,
+    partitions,
+    import_group,
+    prune,
+)
 
 
 def _global_options(fun: Any) -> Any:

@@ -13,12 +13,12 @@ def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
     """Each position of a durable run with its attempts and errors, from its events."""
     from celery_durable.core import run_aggregate as replay
 
-    steps: dict[int, dict[str, Any]] = {}
+    steps: dict[int | str, dict[str, Any]] = {}
     for event in events:
         data = event.data
         if "position" not in data or event.type == replay.RUN_PARKED:
             continue
-        position = int(data["position"])
+        position = replay.position_id(data["position"])
         step = steps.setdefault(
             position,
             {
@@ -71,7 +71,7 @@ def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
             step["attempts"] = len(step["failed_attempts"]) + (
                 1 if step["status"] in ("started", "completed") and step["kind"] == "step" else 0
             )
-    return [steps[p] for p in sorted(steps)]
+    return [steps[p] for p in sorted(steps, key=replay.position_order)]
 
 
 def _outcome_json(state: Any) -> dict[str, Any] | None:
@@ -105,6 +105,7 @@ def durable_json(events: list[Any], row: Mapping[str, Any] | None) -> dict[str, 
     return {
         "task": state.task or (row["task"] if row is not None else None),
         "status": status,
+        "parent": state.parent,
         "started_at": utc_json(started.recorded_at) if started is not None else None,
         "updated_at": utc_json(row["updated_at"]) if row is not None else None,
         "args": message.get("args"),

@@ -99,6 +99,8 @@ def _json(facts: Any, verdict: str, reason: str, max_lag: float, max_tick: float
         if waiting is None
         else {"schedule": waiting.schedule, "due": utc_json(waiting.since)},
         "lag_seconds": facts.lag,
+        "partitions": facts.partitions,
+        "unheld_partitions": list(facts.unheld),
         "max_lag_seconds": max_lag,
         "max_tick_age_seconds": max_tick,
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 from celery_durable.cli.common import invalid, zone_info
 from celery_durable.core import limits
+from celery_durable.core.secrets import decode_secrets
 
 RULE_OPTIONS = ("daily", "weekly", "every", "cron", "once")
 
@@ -65,9 +66,18 @@ def weekly(text: str) -> tuple[list[str], str]:
     return days, at.strip()
 
 
+def blackout(text: str, what: str = "--blackout") -> Any:
+    """A blackout window (P4) in the form :func:`celery_durable.core.blackouts.parse_window`
+    reads (``InvalidSchedule`` names what is wrong)."""
+    from celery_durable.core.blackouts import parse_window
+
+    return parse_window(text, what)
+
+
 def json_value(text: str, what: str) -> Any:
+    """The JSON of an option; ``{"$secret": "env:NAME"}`` in it is a Secret (P5)."""
     try:
-        return limits.parse_json(text, what)
+        return decode_secrets(limits.parse_json(text, what))
     except ValueError as exc:
         raise invalid(str(exc)) from None
 

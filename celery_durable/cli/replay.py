@@ -40,9 +40,10 @@ def replay(
 
     Every run whose body would now ask for another step than the journal holds at some
     position (the run would be parked, W6) is listed with that position; exit 1 if there is
-    one, 0 otherwise. Steps do not run; code outside steps runs as on any replay.
+    one, 0 otherwise. Runs that take the old branch of a ``patched`` marker (W14) are listed
+    too (they replay: exit 0). Steps do not run; code outside steps runs as on any replay.
     """
-    from celery_durable.worker.replay import check_runs
+    from celery_durable.worker.replay import check_report
 
     if not check:
         raise invalid("give --check: the replay command only checks (it never runs steps)")
@@ -55,14 +56,18 @@ def replay(
             raise not_found(f"no durable run {shown(run_id)} has started")
         raise invalid(f"run {shown(run_id)} has not ended: only ended runs are checked")
     since_at = None if since is None else _since(since, durable.now())
-    found = check_runs(
+    found, old = check_report(
         durable.runtime, schedule=schedule, run_id=run_id, since=since_at, limit=limit
     )
     if current.json:
-        emit_json({"divergent": [d.to_json() for d in found]})
+        emit_json(
+            {"divergent": [d.to_json() for d in found], "old_branch": [o.to_json() for o in old]}
+        )
     else:
         for divergence in found:
             echo(printable(str(divergence)))
+        for branch in old:
+            echo(printable(str(branch)))
         if not found:
             echo("every checked run replays on the stored path")
     if found:

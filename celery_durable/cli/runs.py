@@ -4,6 +4,7 @@ journals of durable runs."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ from celery_durable.cli.common import (
 )
 from celery_durable.cli.detail import durable_json
 from celery_durable.cli.views import NOT_STARTED, combined_state, run_json
+from celery_durable.core.ids import printable
 
 SCHEDULE_STATES = ("decided", "started", "skipped", "failed_to_start")
 RUN_STATUSES = (
@@ -188,6 +190,9 @@ def show(run_id: str) -> None:
     if view is not None:
         run_data = run_json(view, combined_state(view, row), zone)
     durable_data = durable_json(events, row) if events or row is not None else None
+    if durable_data is not None:
+        kids = durable.children(run_id) if events else []
+        durable_data["children"] = [{"run_id": rid, "state": st} for rid, st in kids]
     if current.json:
         state = run_data["state"] if run_data else (durable_data or {}).get("status")
         emit_json(
@@ -195,6 +200,20 @@ def show(run_id: str) -> None:
         )
         return
     _print_run(run_id, view, schedule, zone, run_data, durable_data)
+
+
+CHILDREN_SHOWN = 50
+"""``runs show`` lists this many children (W13); ``--json`` gives them all."""
+
+
+def _print_children(children: list[dict[str, Any]]) -> None:
+    counts = Counter(child["state"] for child in children)
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    echo(f"\nChildren ({len(children)}: {summary})")
+    rows = [(printable(c["run_id"]), c["state"]) for c in children[:CHILDREN_SHOWN]]
+    echo(table(("RUN", "STATE"), rows))
+    if len(children) > CHILDREN_SHOWN:
+        echo(f"… and {len(children) - CHILDREN_SHOWN} more (--json lists them all)")
 
 
 def _print_run(
@@ -234,6 +253,7 @@ def _print_run(
         pending = ", ".join(f"{k} ({n})" for k, n in sorted(d["signals_pending"].items()))
         lines += [
             ("Task", d["task"]),
+            ("Parent", printable(d["parent"]) if d.get("parent") else None),
             ("Status", d["status"] if view is None else f"{d['status']} (durable run)"),
             ("Started", _iso(d["started_at"]) if d["started_at"] else None),
             ("Claimed by", f"{d['owner']} until {_iso(d['lease_until'])}" if d["owner"] else None),
@@ -243,6 +263,8 @@ def _print_run(
             ("Outcome", shown),
         ]
     echo(fields(lines))
+    if d is not None and d.get("children"):
+        _print_children(d["children"])
     if d is None or not d["steps"]:
         return
     echo("\nSteps")

@@ -179,6 +179,9 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
                 ("Start deadline", _span(view.start_deadline)),
                 ("Jitter", _span(view.jitter)),
                 ("Catch-up window", _span(view.catch_up_window)),
+                ("Blackouts", "; ".join(f"[{w.describe()}]" for w in view.blackouts) or None),
+                ("On blackout", view.on_blackout.value if view.blackouts else None),
+                ("Next run", _next_run(view, zone)),
                 ("Input", _json_text(view.input)),
                 ("Options", options),
                 ("Created", f"{utc_text(view.created_at)}  ({local_text(view.created_at, zone)})"),
@@ -198,6 +201,15 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
         echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
 
 
+def _next_run(view: Any, zone: str) -> str | None:
+    """When the next run really starts (P4), shown when a blackout moves it off next_due."""
+    if view.next_run == view.next_due:
+        return None
+    if view.next_run is None:
+        return "none within the next due times (blackout windows skip them)"
+    return f"{utc_text(view.next_run)}  ({local_text(view.next_run, zone)})  after a blackout"
+
+
 def _span(value: Any) -> str | None:
     """A policy's duration as seconds (``None``, so not shown, when the policy is off)."""
     return None if value is None else f"{value.total_seconds():g}s"
@@ -206,7 +218,9 @@ def _span(value: Any) -> str | None:
 def _json_text(value: Any) -> str:
     import json
 
-    return json.dumps(value, ensure_ascii=False)
+    from celery_durable.core.secrets import encode_secrets
+
+    return json.dumps(encode_secrets(value)[0], ensure_ascii=False)
 
 
 # -- create and change ----------------------------------------------------------------------
@@ -235,6 +249,14 @@ def _content_options(fun: F) -> F:
                help="Send each run up to this long after its due time, spread by run ID (P2)."),
         option("--catch-up-window", metavar="DURATION",
                help="After downtime, only due times this recent run (latest/all) (P3)."),
+        option("--blackout", "blackout_texts", multiple=True, metavar="WINDOW",
+               help="A blackout window (repeatable; on change it replaces the list): "
+                    "'NAME;cron EXPR;DURATION;ZONE', 'NAME;daily HH:MM;DURATION;ZONE', "
+                    "'NAME;weekly DAYS@HH:MM;DURATION;ZONE' or 'NAME;FROM;UNTIL' (P4)."),
+        option("--no-blackouts", is_flag=True, help="Remove the schedule's blackout windows."),
+        option("--on-blackout", type=click.Choice(["skip", "defer"], case_sensitive=False),
+               help="A due time inside a blackout window: skip it, or run once when it "
+                    "ends [default: skip]."),
         option("--input", "input_json", metavar="JSON", help="Input handed to a durable task."),
         option("--queue", metavar="NAME", help="Celery queue of each run's message."),
         option("--priority", type=click.IntRange(0, 255), metavar="0-255", help="Celery priority."),
@@ -294,6 +316,21 @@ def _policies(values: dict[str, Any], view: Any = None) -> dict[str, Any]:
     return found
 
 
+def _blackouts(values: dict[str, Any], view: Any = None) -> dict[str, Any]:
+    """``--blackout``, ``--no-blackouts``, ``--on-blackout`` (P4); on change, absent keeps."""
+    texts = values.get("blackout_texts") or ()
+    if texts and values.get("no_blackouts"):
+        raise invalid("give --blackout or --no-blackouts, not both")
+    windows: Any = () if view is None else view.blackouts
+    if texts:
+        windows = [parse.blackout(text) for text in texts]
+    elif values.get("no_blackouts"):
+        windows = ()
+    chosen = values.get("on_blackout")
+    on_blackout = chosen or ("skip" if view is None else view.on_blackout)
+    return {"blackouts": list(windows), "on_blackout": on_blackout}
+
+
 def _options(values: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     options = dict(current)
     if values.get("queue") is not None:
@@ -343,6 +380,7 @@ def create(schedule_id: str, task: str, reason: str | None, **values: Any) -> No
         overlap=values.get("overlap") or "allow",
         **audit(reason),
         **_policies(values),
+        **_blackouts(values),
         **_options(values, {}),
     )
     _print_changed("create", schedule_id, before is None, api.state(schedule_id))
@@ -391,6 +429,7 @@ def change(schedule_id: str, task: str | None, reason: str | None, **values: Any
         overlap=values.get("overlap") or view.overlap,
         **audit(reason),
         **_policies(values, view),
+        **_blackouts(values, view),
         **_options(values, dict(view.options)),
     )
     after = current.durable.schedules.state(schedule_id)

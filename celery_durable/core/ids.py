@@ -59,6 +59,8 @@ def first_control(text: str) -> str | None:
     Newlines forge log lines, ESC sequences drive terminals and U+202E reverses what a reader
     sees: none of them belongs in an identifier (S1).
     """
+    if text.isprintable():  # no Cc or Cf is printable: the common case in one C-level scan
+        return None
     for char in text:
         if unicodedata.category(char) in ("Cc", "Cf"):
             return char

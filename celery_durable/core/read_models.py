@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery_durable.core.blackouts import Blackout, OnBlackout
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.rules import BeatEntry, Rule
 
@@ -40,6 +41,14 @@ class ScheduleView:
     """P2: each run is sent up to this long after its due time (``None``: at due)."""
     catch_up_window: timedelta | None = None
     """P3: due times older than this are dropped after downtime (``None``: no window)."""
+    blackouts: tuple[Blackout, ...] = ()
+    """P4: the schedule's own blackout windows (the global ones: ``durable.blackouts``)."""
+    on_blackout: OnBlackout = OnBlackout.SKIP
+    """P4: what a due time inside a window (its own or a global one) does."""
+    next_run: datetime | None = None
+    """P4: when the next run will really be sent: ``next_due`` unless it falls inside a
+    blackout window, then the next due time outside one (``skip``) or the moment the
+    blackout is over (``defer``)."""
 
     def waiting_since(self, now: datetime) -> datetime | None:
         """The due time this schedule has waited on since, at ``now`` (O4); ``None``: none.

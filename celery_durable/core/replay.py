@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from celery_durable.core.run_aggregate import PositionId, position_order
+
 Step = tuple[str, str]
 """``(name, kind)`` of a position: kind ``step``, ``sleep``, ``signal``, ``now`` …"""
 
@@ -25,7 +27,7 @@ class Divergence:
 
     run_id: str
     task: str
-    position: int
+    position: PositionId
     expected: Step | None
     found: Step | None
     detail: str | None = None
@@ -54,6 +56,33 @@ class Divergence:
         }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OldBranch:
+    """A run whose body takes the code path from before change ``change_id`` (W14): its
+    journal holds another step where ``patched(change_id)`` now stands."""
+
+    run_id: str
+    task: str
+    position: PositionId
+    change_id: str
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} ({self.task}) takes the old branch of patch "
+            f"{self.change_id!r} at position {self.position}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the CLI prints with ``--json``."""
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "position": self.position,
+            "change_id": self.change_id,
+            "message": str(self),
+        }
+
+
 def describe(expected: Step | None, found: Step | None) -> str:
     """The difference at one position, in words."""
     held = "nothing (the run ended before it)" if expected is None else _step(expected)
@@ -67,20 +96,36 @@ def _step(value: Step) -> str:
 
 
 def first_divergence(
-    stored: Mapping[int, Step], replayed: Sequence[Step], *, body_ended: bool
-) -> tuple[int, Step | None, Step | None] | None:
+    stored: Mapping[PositionId, Step], replayed: Sequence[Step], *, body_ended: bool
+) -> tuple[PositionId, Step | None, Step | None] | None:
     """``(position, expected, found)`` of the first difference, or ``None`` when the paths agree.
 
     ``replayed``: the positions the new body asked for, in order; ``body_ended``: whether the
     body returned or raised by itself after them (rather than being stopped at a difference).
     A body that ends while stored positions remain diverges at the first of them.
     """
-    for position, step in enumerate(replayed):
+    return first_divergence_at(stored, list(enumerate(replayed)), body_ended=body_ended)
+
+
+def first_divergence_at(
+    stored: Mapping[PositionId, Step],
+    replayed: Sequence[tuple[PositionId, Step]],
+    *,
+    body_ended: bool,
+) -> tuple[PositionId, Step | None, Step | None] | None:
+    """:func:`first_divergence` for a path of ``(position, step)`` pairs, which may hold
+    dotted branch positions (W9) in any order and skip positions (``patched``: W14).
+
+    A stored branch position counts as reached when its parallel call's position was; a race's
+    abandoned branches are never asked for again."""
+    for position, step in sorted(replayed, key=lambda pair: position_order(pair[0])):
         expected = stored.get(position)
         if expected != tuple(step):
             return position, expected, tuple(step)  # type: ignore[return-value]
     if body_ended:
-        left = sorted(p for p in stored if p >= len(replayed))
+        reached = {position_order(p)[0] for p, _ in replayed}
+        top = max(reached, default=-1)
+        left = sorted((p for p in stored if position_order(p)[0] > top), key=position_order)
         if left:
             return left[0], stored[left[0]], None
     return None

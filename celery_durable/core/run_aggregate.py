@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from celery_durable.core.children import (
+    CHILD_ENDED,
+    CHILD_STARTED,
+    CHILD_WAIT,
+    FAN_OUT_STARTED,
+    FanOut,
+    child_error,
+)
 from celery_durable.core.codec import time_from_json
 from celery_durable.core.outcomes import Cancelled, Faulted, Finished, Outcome
 
@@ -41,6 +49,24 @@ SIGNAL_RECEIVED = "SignalReceived"
 
 ENDINGS = frozenset((RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED))
 
+PositionId = int | str
+"""A position of the body: ``3`` on the run's straight line, ``"3.1.0"`` inside a parallel
+branch (S4: step 0 of branch 1 of the parallel call at position 3). Stored as JSON as is."""
+
+
+def position_id(value: Any) -> PositionId:
+    """A stored position as the fold keys it: an int, or a dotted str (W9)."""
+    if isinstance(value, str) and "." in value:
+        return value
+    return int(value)
+
+
+def position_order(position: PositionId) -> tuple[int, ...]:
+    """Sort key of positions: ``2 < "2.0.0" < "2.0.1" < "2.1.0" < 3``."""
+    if isinstance(position, int):
+        return (position,)
+    return tuple(int(part) for part in position.split("."))
+
 
 @dataclass(slots=True)
 class Position:
@@ -59,6 +85,10 @@ class Position:
     retry_at: datetime | None = None
     until: datetime | None = None
     """Wake time of a sleep, or the timeout of a signal wait (``None``: no timeout)."""
+    child: str | None = None
+    """The run ID of the child started at this position (``child``/``start_child``)."""
+    fanout: FanOut | None = None
+    """The children of a ``map_children`` position."""
 
 
 @dataclass(slots=True)
@@ -74,7 +104,7 @@ class RunState:
     version: int = 0
     task: str | None = None
     message: dict[str, Any] | None = None
-    positions: dict[int, Position] = field(default_factory=dict)
+    positions: dict[PositionId, Position] = field(default_factory=dict)
     claim: Claim | None = None
     suspended_until: datetime | None = None
     suspended_reason: str | None = None
@@ -85,6 +115,8 @@ class RunState:
     cancel_delivered: bool = False
     parked: dict[str, Any] | None = None
     outcome: Outcome | None = None
+    parent: str | None = None
+    """The run ID of the parent of a child run (W13)."""
 
     @property
     def started(self) -> bool:
@@ -104,7 +136,7 @@ class RunState:
 
 
 def _position(state: RunState, data: Mapping[str, Any]) -> Position:
-    pos = int(data["position"])
+    pos = position_id(data["position"])
     record = state.positions.get(pos)
     if record is None:
         record = state.positions[pos] = Position(name=data["name"], kind=data["kind"])
@@ -123,6 +155,7 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         state.suspended = False
     elif type_ == RUN_STARTED:
         state.task = data.get("task")
+        state.parent = data.get("parent")
         state.message = {k: data.get(k) for k in ("task", "args", "kwargs", "options")}
     elif type_ == STEP_STARTED:
         record = _position(state, data)
@@ -140,7 +173,8 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         record.status = "failed"
         record.attempts = int(data.get("attempts", record.attempts))
         record.error = _error(data)
-        if data.get("failure") == "cancelled":
+        if data.get("failure") == "cancelled" and "child" not in data:
+            # (a child's cancellation failing the step is not this run's cancel request)
             state.cancel_delivered = True
     elif type_ == SLEEP_STARTED:
         record = _position(state, data)
@@ -168,6 +202,8 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         record = _position(state, data)
         record.status = "timed_out"
         record.result = None
+    elif type_ in (CHILD_STARTED, CHILD_ENDED, FAN_OUT_STARTED):
+        _apply_child(_position(state, data), type_, data)
     elif type_ == SIGNAL_RECEIVED:
         state.signals.setdefault(data["name"], deque()).append((version, data.get("payload")))
     elif type_ == RUN_SUSPENDED:
@@ -196,6 +232,30 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         state.parked = dict(data)
         state.claim = None
     # Unknown types are skipped: a newer version may add events an older reader can ignore.
+
+
+def _apply_child(record: Position, type_: str, data: Mapping[str, Any]) -> None:
+    index = data.get("index")
+    if type_ == FAN_OUT_STARTED:
+        record.status = "waiting"
+        record.fanout = FanOut(int(data["total"]), int(data["at_most"]))
+    elif type_ == CHILD_STARTED:
+        if index is None:
+            record.status = "waiting"
+            record.child = data["child"]
+        elif record.fanout is not None:
+            record.fanout.started[int(index)] = data["child"]
+    elif index is not None:
+        if record.fanout is not None:
+            record.fanout.ended[int(index)] = dict(data["outcome"])
+    else:
+        outcome = data["outcome"]
+        if outcome.get("state") == "finished":
+            record.status = "completed"
+            record.result = outcome.get("result")
+        else:
+            record.status = "failed"
+            record.error = child_error(data["child"], outcome)
 
 
 def _error(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,6 +341,9 @@ def on_delivery(
         waiting_for = state.suspended_wait
         if waiting_for is not None and state.pending_signal(waiting_for) is not None:
             return Proceed()
+        if state.suspended_reason == CHILD_WAIT:
+            # A parent waiting for children is sent again when one ends: look at them.
+            return Proceed()
         if until is None or until > now:
             return NotYet(until)
     return Proceed()
@@ -289,7 +352,9 @@ def on_delivery(
 class Mismatch(Exception):
     """The body asked for another step than the one stored at this position (W6)."""
 
-    def __init__(self, position: int, expected: tuple[str, str], found: tuple[str, str]) -> None:
+    def __init__(
+        self, position: PositionId, expected: tuple[str, str], found: tuple[str, str]
+    ) -> None:
         self.position = position
         self.expected = expected
         self.found = found
@@ -299,7 +364,7 @@ class Mismatch(Exception):
         )
 
 
-def stored_at(state: RunState, position: int, name: str, kind: str) -> Position | None:
+def stored_at(state: RunState, position: PositionId, name: str, kind: str) -> Position | None:
     """The stored record at ``position``, checked against the step the body asks for (W6)."""
     record = state.positions.get(position)
     if record is not None and (record.name != name or record.kind != kind):
@@ -308,8 +373,9 @@ def stored_at(state: RunState, position: int, name: str, kind: str) -> Position 
 
 
 def unreached(state: RunState, reached: int) -> Position | None:
-    """A stored position at or after ``reached`` that a body which ended there never asked for."""
-    for pos in sorted(state.positions):
-        if pos >= reached:
+    """A stored position at or after ``reached`` that a body which ended there never asked for
+    (a branch position counts as its parallel call's top-level position)."""
+    for pos in sorted(state.positions, key=position_order):
+        if position_order(pos)[0] >= reached:
             return state.positions[pos]
     return None

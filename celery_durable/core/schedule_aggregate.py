@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core import catchup
+from celery_durable.core.blackouts import Blackout, OnBlackout, blocking
 from celery_durable.core.codec import (
     canonical,
     optional_time_from_json,
@@ -48,6 +49,9 @@ from celery_durable.errors import InvalidSchedule, ScheduleConflict, ScheduleNot
 FUTURE_TOLERANCE = timedelta(seconds=1)
 """A due time further in the future than this is refused (A6)."""
 
+NEXT_RUN_LOOKAHEAD = 1000
+"""How many due times :meth:`ScheduleState.next_run` looks through past blackout windows."""
+
 STATE_FORMAT = 1
 """Format of :meth:`ScheduleState.to_json`, stored in the index (a persistent contract)."""
 
@@ -66,6 +70,8 @@ class PendingRun:
     track_end: bool = False
     send_at: datetime | None = None
     deadline: datetime | None = None
+    blackout: str | None = None
+    """P4: deferred out of this window; sent at ``send_at``, when the blackout is over."""
 
     @property
     def send_time(self) -> datetime:
@@ -152,6 +158,34 @@ class ScheduleState:
             return None
         return rule.next_after(self.cursor, anchor=self.anchor, live=live)
 
+    def next_run(
+        self, blackouts: tuple[Blackout, ...] = (), live: LiveSchedules | None = None
+    ) -> datetime | None:
+        """When the next run of the rule will really be sent, blackouts (P4) considered.
+
+        A due time inside a window is passed over (``skip``) or sent when the blackout is
+        over (``defer``). ``None`` as for :meth:`next_due`, or when the next
+        :data:`NEXT_RUN_LOOKAHEAD` due times all fall inside windows that skip them.
+        """
+        due = self.next_due(live)
+        if due is None or self.content is None:
+            return due
+        windows = _windows(self.content, blackouts)
+        rule = self.content.rule
+        for _ in range(NEXT_RUN_LOOKAHEAD):
+            blocked = blocking(due, windows) if windows else None
+            if blocked is None:
+                return due
+            if self.content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
+                return blocked.ends
+            if isinstance(rule, Once):
+                return None
+            following = rule.next_after(due, anchor=self.anchor, live=live)
+            if following is None:
+                return None
+            due = following
+        return None
+
     def _budget_spent(self) -> bool:
         assert self.content is not None
         limit = self.content.rule.max_runs
@@ -194,6 +228,7 @@ class ScheduleState:
                     "held": p.held,
                     "track_end": p.track_end,
                     **_optional_times(send_at=p.send_at, deadline=p.deadline),
+                    **({} if p.blackout is None else {"blackout": p.blackout}),
                 }
                 for p in self.pending
             ],
@@ -231,6 +266,7 @@ class ScheduleState:
                     track_end=p.get("track_end", False),
                     send_at=optional_time_from_json(p.get("send_at")),
                     deadline=optional_time_from_json(p.get("deadline")),
+                    blackout=p.get("blackout"),
                 )
                 for p in data["pending"]
             ),
@@ -295,6 +331,9 @@ class DecideDue:
 
     now: datetime
     live: LiveSchedules | None = field(default=None, compare=False, repr=False)
+    blackouts: tuple[Blackout, ...] = field(default=(), compare=False, repr=False)
+    """P4: the global blackout windows, as the journal holds them now (passed in like the
+    clock); the schedule's own windows come with its content."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,7 +478,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
             raise ScheduleNotFound(f"schedule {sid!r} does not exist", schedule_id=sid, rule="A4")
         return [ScheduleDeleted(at=command.now, by=command.by, reason=command.reason)]
     if isinstance(command, DecideDue):
-        return _decide_due(state, command.now, command.live)
+        return _decide_due(state, command.now, command.live, command.blackouts)
     if isinstance(command, DecideRun):
         return _decide_run(state, command)
     if isinstance(command, MarkStarted):
@@ -487,6 +526,7 @@ def _decided(
     held: bool = False,
     by: str | None = None,
     note: str | None = None,
+    deferred: tuple[str, datetime] | None = None,
 ) -> RunDecided:
     rid = run_id(state.schedule_id, due)
     timing = content.timing
@@ -494,6 +534,10 @@ def _decided(
     # policies, which guard the rule's own due times, do not apply to them.
     policed = reason == "rule"
     jitter, deadline = (timing.jitter, timing.start_deadline) if policed else (None, None)
+    send_from = due if deferred is None else deferred[1]  # P4: when the blackout is over
+    send_at = None if jitter is None else send_from + jitter_offset(rid, jitter)
+    if deferred is not None and send_at is None:
+        send_at = send_from
     return RunDecided(
         at=now,
         due=due,
@@ -504,10 +548,11 @@ def _decided(
         reason=reason,
         held=held,
         track_end=content.overlap is not Overlap.ALLOW,
-        send_at=None if jitter is None else due + jitter_offset(rid, jitter),
+        send_at=send_at,
         deadline=None if deadline is None else due + deadline,
         by=by,
         note=note,
+        blackout=None if deferred is None else deferred[0],
     )
 
 
@@ -525,27 +570,43 @@ def _missed_deadlines(state: ScheduleState, now: datetime) -> list[ScheduleEvent
 
 
 def _decided_or_missed(
-    state: ScheduleState, content: Content, due: datetime, now: datetime
+    state: ScheduleState,
+    content: Content,
+    due: datetime,
+    now: datetime,
+    deferred: tuple[str, datetime] | None = None,
 ) -> list[ScheduleEvent]:
     """A rule's due time, decided; P1: found with its start deadline already past (beat was
-    down, catch-up), it is decided and missed in the same batch, and never sent."""
-    decided = _decided(state, content, due, now, "rule")
+    down, catch-up), it is decided and missed in the same batch, and never sent. A run
+    deferred past its deadline (P4) is missed when the deadline comes, as any unsent run."""
+    decided = _decided(state, content, due, now, "rule", deferred=deferred)
     if decided.deadline is None or decided.deadline > now:
         return [decided]
     return [decided, RunMissed(at=now, due=due, reason=MISSED_UNSENT)]
 
 
 def _decide_due(
-    state: ScheduleState, now: datetime, live: LiveSchedules | None
+    state: ScheduleState,
+    now: datetime,
+    live: LiveSchedules | None,
+    blackouts: tuple[Blackout, ...] = (),
 ) -> list[ScheduleEvent]:
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
-    return [*missed, *_decide_new(state, now, live)]
+    return [*missed, *_decide_new(state, now, live, blackouts)]
+
+
+def _windows(content: Content, blackouts: tuple[Blackout, ...]) -> tuple[Blackout, ...]:
+    """The windows a schedule honours: its own first, then the global ones (P4)."""
+    return (*content.blackouts, *blackouts) if content.blackouts else blackouts
 
 
 def _decide_new(
-    state: ScheduleState, now: datetime, live: LiveSchedules | None
+    state: ScheduleState,
+    now: datetime,
+    live: LiveSchedules | None,
+    blackouts: tuple[Blackout, ...] = (),
 ) -> list[ScheduleEvent]:
     if not state.active:
         return []
@@ -560,7 +621,14 @@ def _decide_new(
         # R5: a past `at` runs at the next tick whatever the catch-up policy.
         if due is None or due > now:
             return []
-        return _decided_or_missed(state, content, due, now)
+        blocked = blocking(due, _windows(content, blackouts))
+        if blocked is None:
+            return _decided_or_missed(state, content, due, now)
+        if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
+            until = (blocked.window.name, blocked.ends)
+            return _decided_or_missed(state, content, due, now, until)
+        # A skipped Once is settled like a decided one: nothing is left to run (R5).
+        return [RunSkipped(at=now, due=due, reason=blocked.reason)]
     if state.cursor is None:
         return []
     selection = catchup.select(
@@ -583,15 +651,31 @@ def _decide_new(
     busy = state.busy
     buffered = any(p.held for p in state.pending)
     deadline = content.timing.start_deadline
+    windows = _windows(content, blackouts)
+    defer = content.on_blackout is OnBlackout.DEFER
+    # P4: the blackouts a deferred run already waits for the end of (one run per blackout).
+    deferred_to = {
+        blocked.ends
+        for p in state.pending
+        if p.blackout is not None and (blocked := blocking(p.due, windows)) is not None
+    }
     for due in runs:
+        blocked = blocking(due, windows) if windows else None
+        deferred: tuple[str, datetime] | None = None
+        if blocked is not None:
+            if not defer or blocked.ends is None or blocked.ends in deferred_to:
+                events.append(RunSkipped(at=now, due=due, reason=blocked.reason))
+                continue
+            deferred = (blocked.window.name, blocked.ends)
+            deferred_to.add(blocked.ends)
         if deadline is not None and due + deadline <= now:
             # A missed run keeps no slot busy: the next due time may still be sent.
-            events.extend(_decided_or_missed(state, content, due, now))
+            events.extend(_decided_or_missed(state, content, due, now, deferred))
             continue
         if content.overlap is Overlap.ALLOW or not busy:
-            events.append(_decided(state, content, due, now, "rule"))
+            events.append(_decided(state, content, due, now, "rule", deferred=deferred))
         elif content.overlap is Overlap.BUFFER_ONE and not buffered:
-            events.append(_decided(state, content, due, now, "rule", held=True))
+            events.append(_decided(state, content, due, now, "rule", held=True, deferred=deferred))
             buffered = True
         else:
             events.append(RunSkipped(at=now, due=due, reason="overlap"))
@@ -680,6 +764,7 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             track_end=event.track_end,
             send_at=event.send_at,
             deadline=event.deadline,
+            blackout=event.blackout,
         )
         counts = event.reason == "rule"
         return dict(

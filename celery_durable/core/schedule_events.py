@@ -13,6 +13,12 @@ from datetime import datetime
 from functools import cache, cached_property
 from typing import Any, ClassVar, cast
 
+from celery_durable.core.blackouts import (
+    Blackout,
+    OnBlackout,
+    windows_from_json,
+    windows_to_json,
+)
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.journal import NewEvent, StoredEvent
 from celery_durable.core.policies import CatchUp, Overlap, Timing
@@ -39,6 +45,10 @@ class Content:
     overlap: Overlap = Overlap.ALLOW
     options: Mapping[str, Any] = field(default_factory=dict)
     timing: Timing = field(default_factory=Timing)
+    blackouts: tuple[Blackout, ...] = ()
+    """P4: the schedule's own blackout windows (the global ones are the journal's)."""
+    on_blackout: OnBlackout = OnBlackout.SKIP
+    """P4: what a due time inside a window does (global windows too)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (shared: do not modify the returned dict)."""
@@ -54,7 +64,17 @@ class Content:
             "overlap": self.overlap.value,
             "options": dict(self.options),
             **self.timing.to_json(),
+            **self._blackouts_json(),
         }
+
+    def _blackouts_json(self) -> dict[str, Any]:
+        """P4's fields, only when set: content stored before them keeps its form and digest."""
+        out: dict[str, Any] = {}
+        if self.blackouts:
+            out["blackouts"] = windows_to_json(self.blackouts)
+        if self.on_blackout is not OnBlackout.SKIP:
+            out["on_blackout"] = self.on_blackout.value
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Content:
@@ -66,6 +86,8 @@ class Content:
             overlap=Overlap(data.get("overlap", Overlap.ALLOW.value)),
             options=dict(data.get("options") or {}),
             timing=Timing.from_json(data),
+            blackouts=windows_from_json(data.get("blackouts") or []),
+            on_blackout=OnBlackout(data.get("on_blackout", OnBlackout.SKIP.value)),
         )
 
 
@@ -140,6 +162,9 @@ class RunDecided:
     """A trigger's or backfill's author (O5); optional field."""
     note: str | None = None
     """Why it was asked for (O5; ``reason`` names the kind of decision); optional field."""
+    blackout: str | None = None
+    """P4, ``on_blackout="defer"``: the window the due time fell in; the run is sent at
+    ``send_at``, when the blackout is over. Optional field."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,7 +247,7 @@ ScheduleEvent = (
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline", "since"})
-_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note", "since"})
+_OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note", "since", "blackout"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
 

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from celery_durable import signals
+from celery_durable.blackouts import BlackoutWatch
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import (
     Command,
@@ -43,6 +44,7 @@ from celery_durable.dispatch.state import StateCache
 from celery_durable.message import Resend
 from celery_durable.store.index import ScheduleIndex
 from celery_durable.store.lease import Lease, default_owner
+from celery_durable.store.partitions import PartitionLeases, resolve_partitions
 from celery_durable.store.runs import RunStore
 
 if TYPE_CHECKING:
@@ -80,17 +82,19 @@ class Dispatcher:
         self.check_interval = config.check_interval
         self.retry_delay = timedelta(seconds=min(config.check_interval, 5.0))
         self.poll_interval = min(poll_interval or config.poll_interval, config.check_interval)
-        self.lease = Lease(
-            runtime.journal,
-            "dispatcher",
-            owner or default_owner(),
-            lease_ttl or config.leader_lease,
-        )
+        self.owner = owner or default_owner()
+        self.lease_ttl = lease_ttl or config.leader_lease
+        self.partitions = 1
+        """The journal's partition count (D10), read from the journal at the first tick."""
+        self._leases: PartitionLeases | None = None
+        self.held: frozenset[int] = frozenset()
+        """The partitions whose schedules are in the cache now (D10)."""
         self.live = runtime.beat_objects  # BeatEntry rules ask them (B3)
         self.index = ScheduleIndex(runtime.journal, self.live)
         self.run_lease = config.run_lease
         self.runs = RunStore(runtime.journal)
         self.cache = StateCache(runtime.journal, self.index)
+        self.blackouts = BlackoutWatch(runtime.journal)  # P4: the global windows
         self.recorder = Recorder(
             runtime.journal,
             self.cache,
@@ -100,11 +104,35 @@ class Dispatcher:
         self.late_after = config.late_after
         self.publisher = Publisher(self.app, self.retry_delay)
         self.resender = Resender(
-            self.app, self.runs, poll_interval=self.poll_interval, run_lease=self.run_lease
+            self.app,
+            self.runs,
+            poll_interval=self.poll_interval,
+            run_lease=self.run_lease,
+            mine=self._mine,
         )
-        self.pruning = PruneJob(runtime, self.index, self.lease)  # O1, in the background
+        self.pruning = PruneJob(runtime, self.index)  # O1, in the background
         self._loaded = False
         self._missed = 0
+
+    @property
+    def leases(self) -> PartitionLeases:
+        """This beat's partition leases; the first use reads the partition count (D10)."""
+        if self._leases is None:
+            runtime = self.runtime
+            count = resolve_partitions(runtime.journal, runtime.config.partitions, runtime.now())
+            self.partitions = count
+            self.index.partitions = count
+            self.resender.limit = min(100 * count, 2000)  # most rows are other beats'
+            # A joining beat gets its share within two lease periods (D10).
+            poll = min(self.poll_interval, self.lease_ttl / 4)
+            self._leases = PartitionLeases(runtime.journal, self.owner, self.lease_ttl, count, poll)
+            self.pruning.lease = self._leases.leases[0]
+        return self._leases
+
+    @property
+    def lease(self) -> Lease:
+        """Partition 0's lease: D6's only lease with one partition; its holder prunes (O1)."""
+        return self.leases.leases[0]
 
     # The loop body ----------------------------------------------------------------------------
 
@@ -122,9 +150,15 @@ class Dispatcher:
 
     def _tick(self) -> float:
         now = self.runtime.now()
-        if not self.lease.hold(now):
+        held = self.leases.hold(now)
+        if not held:
             self._loaded = False  # another process works; our caches go stale
+            self.held = held
             return self.poll_interval
+        if held != self.held:
+            if self._loaded:
+                log.info("partitions held now: %s", _shown(held))
+            self._loaded = False  # another share: read its rows and events (D10)
         if not self._loaded:
             self.load(now)
         else:
@@ -142,6 +176,10 @@ class Dispatcher:
             for start in range(0, len(due), CHUNK):
                 # A fresh time per chunk: a long burst does not decide its last chunk late.
                 chunk_now = now if start == 0 else self.runtime.now()
+                if start and not self.leases.fresh(chunk_now):
+                    # Fencing: a lease was lost mid-burst; stop before another holder starts.
+                    self._loaded = False
+                    break
                 sids = due[start : start + CHUNK]
                 starts, durable_runs = self._decide_and_send(sids, chunk_now)
                 if recording is not None:
@@ -170,13 +208,22 @@ class Dispatcher:
         self.resender.resend(now)
         self.pruning.poke(now)
         done = self.runtime.now()
-        self.lease.ticked(done)  # the heartbeat `celery durable health` reads (O3)
+        self.leases.ticked(done)  # the heartbeats `celery durable health` reads (O3)
         return self._sleep_after(done)
 
     def load(self, now: datetime) -> None:
-        """Read the index and the events stored since (C4); nothing is decided before this."""
-        self.cache.load(now)
+        """Read the index and the events stored since (C4); nothing is decided before this.
+
+        With several partitions, only the rows and events of those held (D10).
+        """
+        held = self.leases.held
+        self.cache.load(now, None if self.partitions == 1 else held)
+        self.held = held
         self._loaded = True
+
+    def _mine(self, schedule_id: str) -> bool:
+        """Whether a schedule is in a partition this beat holds (D8's re-sends, D10)."""
+        return self.partitions == 1 or self.index.mine(schedule_id, self.leases.held)
 
     def refresh(self, now: datetime) -> None:
         """Fold the schedule events stored since the last read; write the rows that lag."""
@@ -198,8 +245,9 @@ class Dispatcher:
         """
         states = self.cache.states_of(sids)
         publisher = self.publisher
+        windows = self.blackouts.current(now)
         decisions: dict[str, list[Command]] = {
-            sid: [DecideDue(now=now, live=self.live)]
+            sid: [DecideDue(now=now, live=self.live, blackouts=windows)]
             for sid in sids
             if not publisher.task_missing(states[sid], now, self.live)
         }
@@ -287,9 +335,14 @@ class Dispatcher:
             except Exception:  # the rows are a cache: start-up reads the events instead
                 log.warning("could not write the index rows on close", exc_info=True)
         try:
-            self.lease.release()
+            if self._leases is not None:
+                self._leases.release()
         except Exception:  # closing must not fail on a journal that is away
-            log.warning("could not release the dispatcher lease", exc_info=True)
+            log.warning("could not release the dispatcher leases", exc_info=True)
+
+
+def _shown(held: frozenset[int]) -> str:
+    return ", ".join(map(str, sorted(held))) or "none"
 
 
 def content_rule_next(

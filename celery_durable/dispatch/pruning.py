@@ -31,12 +31,13 @@ BATCH_PAUSE = 0.02
 class PruneJob:
     """Starts a retention pass when one is due; one pass at a time."""
 
-    def __init__(self, runtime: Runtime, index: ScheduleIndex, lease: Lease) -> None:
+    def __init__(self, runtime: Runtime, index: ScheduleIndex, lease: Lease | None = None) -> None:
         config = runtime.config
         self.pruner = Pruner(runtime.journal, index, batch=config.prune_batch, fault=runtime.fault)
         self.retention = config.retention
         self.interval = timedelta(seconds=config.prune_interval)
         self.lease = lease
+        """The lease whose holder prunes (the dispatcher's partition 0, D10)."""
         self.clock = runtime.now
         self.last: PruneReport | None = None
         self.tail = TailMemory()
@@ -66,10 +67,13 @@ class PruneJob:
         self._thread.start()
 
     def _holds_lease(self) -> bool:
-        expires = self.lease.expires_at
+        lease = self.lease
+        if lease is None:
+            return False
+        expires = lease.expires_at
         return (
             not self._closing.is_set()
-            and self.lease.held
+            and lease.held
             and expires is not None
             and expires > self.clock()
         )

@@ -7,6 +7,7 @@ A task that is not registered is logged once per due time and tried again (D4).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
@@ -16,18 +17,27 @@ from typing import Any
 
 from kombu.exceptions import EncodeError
 
+from celery_durable import tracing
 from celery_durable.core.catchup import recent_due_times
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
 from celery_durable.core.schedule_events import Content
-from celery_durable.errors import DurableError
+from celery_durable.dispatch.fast_publish import FastPath
+from celery_durable.errors import DurableError, SecretUnavailable
 from celery_durable.message import Resend, passes_through, run_message
+from celery_durable.secret_lookup import secret_lookup
 
 log = logging.getLogger("celery_durable.dispatcher")
 
 #: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
-PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (TypeError, ValueError, EncodeError)
+#: A secret input that cannot be read is one (P5): the error names the reference.
+PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (
+    TypeError,
+    ValueError,
+    EncodeError,
+    SecretUnavailable,
+)
 
 
 class TaskMissing(DurableError, LookupError):
@@ -44,10 +54,13 @@ class Publisher:
     def __init__(self, app: Any, retry_delay: timedelta) -> None:
         self.app = app
         self.retry_delay = retry_delay
+        self.secrets = secret_lookup(app)
         self.retry_at: dict[str, datetime] = {}
         self._missing_logged: dict[str, datetime] = {}
         self._failed_logged: set[str] = set()
         self._broker_down_since: datetime | None = None
+        self.fast = FastPath(app)
+        self._fast_now = False
 
     def send(
         self, runs: Sequence[tuple[str, PendingRun]], now: datetime, *, batch_size: int
@@ -64,6 +77,8 @@ class Publisher:
         try:
             with self.app.producer_or_acquire() as producer:
                 connect_once(producer)
+                self._fast_now = self.fast.usable()
+                self.fast.start_round()
                 batch = getattr(producer, "batch", None)
                 context = batch(max_size=batch_size) if batch is not None else nullcontext()
                 with context:
@@ -120,18 +135,24 @@ class Publisher:
         if task is None and not passes_through(pending.options):
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
-        message = run_message(sid, pending, durable=durable, now=now)
+        message = run_message(sid, pending, durable=durable, now=now, secrets=self.secrets)
+        if task is not None and not durable and self._fast_now:
+            with tracing.sending(sid, pending, now, message.headers) as headers:
+                traced = dataclasses.replace(message, headers=headers)
+                self.fast.send(task, pending.run_id, traced, producer)  # D12
+            return None
         # B4: a beat_schedule task known only to the workers goes by name, as stock beat's.
         send = task.apply_async if task is not None else partial(self.app.send_task, pending.task)
-        send(
-            message.args,
-            message.kwargs,
-            task_id=pending.run_id,
-            producer=producer,
-            headers=message.headers,
-            retry=False,
-            **message.options,
-        )
+        with tracing.sending(sid, pending, now, message.headers) as headers:
+            send(
+                message.args,
+                message.kwargs,
+                task_id=pending.run_id,
+                producer=producer,
+                headers=headers,
+                retry=False,
+                **message.options,
+            )
         if not durable:
             return None
         return Resend(

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
+from celery_durable import tracing
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.journal import Append
 from celery_durable.core.schedule_aggregate import Command, ScheduleState, decide_all
@@ -79,6 +80,8 @@ class Recorder:
         is read again and its commands decided again.
         """
         cache = self.cache
+        tracer = tracing.tracer()
+        began = tracing.started() if tracer is not None else 0
         decided = {sid: self.decide(sid, cmds) for sid, cmds in commands.items()}
         decided = {sid: pair for sid, pair in decided.items() if pair[0]}
         journal = self.journal
@@ -115,6 +118,8 @@ class Recorder:
             for sid, (events, state) in decided.items():
                 cache.appended(sid, state, row_written=rows)
                 stored.extend((sid, event) for event in events)
+            if tracer is not None:
+                tracing.decided(tracer, decided, began)
             return stored
         return []
 

@@ -8,6 +8,7 @@ again before a worker had the chance to claim it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,8 +21,21 @@ log = logging.getLogger("celery_durable.dispatcher")
 class Resender:
     """Looks at the run table at most once per ``poll_interval`` and re-sends what is due."""
 
-    def __init__(self, app: Any, runs: RunStore, *, poll_interval: float, run_lease: float) -> None:
+    def __init__(
+        self,
+        app: Any,
+        runs: RunStore,
+        *,
+        poll_interval: float,
+        run_lease: float,
+        mine: Callable[[str], bool] | None = None,
+        limit: int = 100,
+    ) -> None:
+        self.limit = limit
+        """Rows read per look; with partitions most belong to other beats."""
         self.app = app
+        self.mine = mine
+        """Whether a schedule is this dispatcher's to re-send (its partitions, D10)."""
         self.runs = runs
         self.poll_interval = poll_interval
         self.run_lease = run_lease
@@ -37,7 +51,11 @@ class Resender:
         if self._next_check is not None and now < self._next_check:
             return
         self._next_check = now + timedelta(seconds=self.poll_interval)
-        resends = self.runs.stale(now) + self.runs.wakeups(now)
+        limit = self.limit
+        resends = self.runs.stale(now, limit=limit) + self.runs.wakeups(now, limit=limit)
+        if self.mine is not None:
+            mine = self.mine
+            resends = [r for r in resends if mine(r.run_id.rpartition("@")[0])]
         if not resends:
             return
         sent: list[str] = []

@@ -15,7 +15,13 @@ from datetime import datetime, timedelta
 
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.schedule_aggregate import ScheduleState
-from celery_durable.store.index import ScheduleIndex, UnreadableEntry, attention_of, fold_stored
+from celery_durable.store.index import (
+    ScheduleIndex,
+    UnreadableEntry,
+    attention_of,
+    fold_stored,
+    stream_schedule_id,
+)
 from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.snapshots import fold_stream
 
@@ -47,11 +53,17 @@ class StateCache:
         self._next_checkpoint: datetime | None = None
         self._attention: dict[str, datetime] = {}
         self._heap: list[tuple[datetime, str]] = []
+        self.held: frozenset[int] | None = None
+        """The partitions this cache keeps (D10); ``None``: every schedule."""
 
     # Reading the index and the events ------------------------------------------------------
 
-    def load(self, now: datetime) -> None:
-        """Read the index and the events stored since (C4); nothing is decided before this."""
+    def load(self, now: datetime, held: frozenset[int] | None = None) -> None:
+        """Read the index and the events stored since (C4); nothing is decided before this.
+
+        ``held``: read only these partitions' rows and events (D10); ``None``: all.
+        """
+        self.held = held
         self.journal.ensure_ready()
         if self.index.needs_rebuild():
             self.index.rebuild(now)
@@ -60,8 +72,8 @@ class StateCache:
         self._dirty.clear()
         self._heap.clear()
         self._attention.clear()
-        self.position = self.index.position()
-        for sid, when in self.index.attention().items():
+        self.position = self.index.position(held=held)
+        for sid, when in self.index.attention(held).items():
             self.watch(sid, when)
         self.refresh(now)
 
@@ -73,9 +85,17 @@ class StateCache:
         the few that did not (a decision with nothing to send), and the read position itself,
         wait for the next checkpoint (:data:`INDEX_CHECKPOINT`).
         """
-        events = self.index.events_after(self.position)
+        read = self.index.events_after(self.position)
+        held, index = self.held, self.index
+        events = (
+            read
+            if held is None
+            else [e for e in read if index.mine(stream_schedule_id(e.stream), held)]
+        )
         if not events:
-            if self._dirty and self._checkpoint_due(now):
+            if read:
+                self.position = read[-1].position
+            if (self._dirty or read) and self._checkpoint_due(now):
                 self.checkpoint(now)
             return
         sids = {e.stream.split("/", 1)[1] for e in events}
@@ -86,15 +106,16 @@ class StateCache:
             self.states.clear()
             self.row_version.clear()
             self._dirty.clear()
-            self.adopt(self.index.rebuild(now))
-            self.position = self.index.position()
+            rebuilt = self.index.rebuild(now)
+            self.adopt({s: st for s, st in rebuilt.items() if index.mine(s, held)})
+            self.position = self.index.position(held=held)
             self._heap.clear()
             self._attention.clear()
             for sid, state in self.states.items():
                 self.watch(sid, attention_of(state, self.index.live))
             return
         changed = fold_stored(self.states, events, self.index.snapshots.state)
-        self.position = events[-1].position
+        self.position = read[-1].position
         self._dirty.update(sids)
         if changed or self._checkpoint_due(now):
             self.checkpoint(now)
@@ -111,7 +132,7 @@ class StateCache:
             for s in self._dirty
             if s in self.states and self.row_version.get(s, -1) < self.states[s].version
         ]
-        self.index.save([self.states[s] for s in lagging], self.position, now)
+        self.index.save([self.states[s] for s in lagging], self.position, now, self.held)
         for sid in lagging:
             self.row_version[sid] = self.states[sid].version
         self._dirty.clear()
@@ -124,7 +145,7 @@ class StateCache:
     def write_rows(self, sids: Sequence[str], now: datetime) -> None:
         """Bring the index rows of these schedules up to their state (after a burst)."""
         states = [self.states[s] for s in sids if s in self.states]
-        self.index.save(states, self.position, now)
+        self.index.save(states, self.position, now, self.held)
         for state in states:
             self.row_version[state.schedule_id] = state.version
 

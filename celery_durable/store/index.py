@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
 from celery_durable.core.journal import StoredEvent
+from celery_durable.core.partitions import PROJECTION, partition_of, progress_name, slot_of
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
 from celery_durable.errors import JournalError
@@ -39,9 +40,6 @@ from celery_durable.store.snapshots import (
 )
 
 log = logging.getLogger("celery_durable.index")
-
-PROJECTION = "schedule_index"
-"""The row name of this projection in ``celery_durable_progress``."""
 
 READ_BATCH = 5000
 
@@ -87,28 +85,73 @@ class ScheduleIndex:
     schedule is its object's answer (B3); ``None`` outside a beat.
     """
 
-    def __init__(self, journal: SqlJournal, live: LiveSchedules | None = None) -> None:
+    def __init__(
+        self,
+        journal: SqlJournal,
+        live: LiveSchedules | None = None,
+        partitions: int | None = None,
+    ) -> None:
         self.journal = journal
         self.live = live
         self.snapshots = SnapshotStore(journal)
+        self._partitions = partitions
+
+    @property
+    def partitions(self) -> int:
+        """The journal's partition count (D10), read once unless a beat sets it."""
+        if self._partitions is None:
+            from celery_durable.store.partitions import partition_count
+
+            self._partitions = partition_count(self.journal)
+        return self._partitions
+
+    @partitions.setter
+    def partitions(self, value: int) -> None:
+        self._partitions = value
+
+    def mine(self, schedule_id: str, held: Collection[int] | None) -> bool:
+        """Whether a schedule is in one of the ``held`` partitions (``None``: all are)."""
+        return held is None or partition_of(schedule_id, self.partitions) in held
 
     # Reads ------------------------------------------------------------------------------------
 
-    def position(self, conn: Connection | None = None) -> int:
-        """The last event position folded into the rows (0 when none)."""
-        query = select(progress.c.position).where(progress.c.name == PROJECTION)
-        if conn is not None:
-            return int(conn.execute(query).scalar() or 0)
-        self.journal.ensure_ready()
-        with self.journal.engine.connect() as c:
-            return int(c.execute(query).scalar() or 0)
+    def position(self, conn: Connection | None = None, held: Collection[int] | None = None) -> int:
+        """The last event position folded into the rows of the ``held`` partitions (of all of
+        them by default); 0 when none.
 
-    def attention(self) -> dict[str, datetime | None]:
-        """Every schedule's ``next_due`` column: cheap, no JSON is parsed."""
+        Row ``schedule_index`` covers every partition; with several, row ``schedule_index/<k>``
+        covers partition ``k`` (its holder saves it) and a partition counts from the higher
+        of the two: rows never go back in version, so both stay true.
+        """
+        query = select(progress.c.name, progress.c.position).where(
+            (progress.c.name == PROJECTION) | progress.c.name.like(f"{PROJECTION}/%")
+        )
+        if conn is not None:
+            rows = {r[0]: r[1] for r in conn.execute(query)}
+        else:
+            self.journal.ensure_ready()
+            with self.journal.engine.connect() as c:
+                rows = {r[0]: r[1] for r in c.execute(query)}
+        base = int(rows.get(PROJECTION) or 0)
+        count = self.partitions
+        if count == 1:
+            return base
+        wanted = range(count) if held is None else held
+        return min(
+            (max(int(rows.get(progress_name(k, count)) or 0), base) for k in wanted),
+            default=base,
+        )
+
+    def attention(self, held: Collection[int] | None = None) -> dict[str, datetime | None]:
+        """The ``next_due`` column of every schedule (of the ``held`` partitions' only):
+        cheap, no JSON is parsed."""
         self.journal.ensure_ready()
+        query = select(schedule_index.c.schedule_id, schedule_index.c.next_due)
+        count = self.partitions
+        if held is not None and count > 1:
+            query = query.where((schedule_index.c.slot % count).in_(sorted(held)))
         with self.journal.engine.connect() as conn:
-            rows = conn.execute(select(schedule_index.c.schedule_id, schedule_index.c.next_due))
-            return dict(rows.all())
+            return {r[0]: r[1] for r in conn.execute(query)}
 
     def waiting_at(self, now: datetime, limit: int) -> list[str]:
         """The IDs of up to ``limit`` schedules whose ``next_due`` is at or before ``now``,
@@ -123,6 +166,20 @@ class ScheduleIndex:
         )
         with self.journal.engine.connect() as conn:
             return list(conn.execute(query).scalars())
+
+    def waiting_rows(self, now: datetime, limit: int) -> list[tuple[str, datetime]]:
+        """``(schedule_id, next_due)`` of up to ``limit`` rows due at or before ``now``, oldest
+        first (the lag of each partition, D11)."""
+        self.journal.ensure_ready()
+        column = schedule_index.c.next_due
+        query = (
+            select(schedule_index.c.schedule_id, column)
+            .where(column.is_not(None), column <= now)
+            .order_by(column)
+            .limit(limit)
+        )
+        with self.journal.engine.connect() as conn:
+            return [(r[0], r[1]) for r in conn.execute(query)]
 
     def count(self) -> int:
         self.journal.ensure_ready()
@@ -167,13 +224,27 @@ class ScheduleIndex:
 
     # Writes -----------------------------------------------------------------------------------
 
-    def save(self, states: Iterable[ScheduleState], position: int, now: datetime) -> None:
-        """Write rows and the read position in one transaction; rows never go back in version."""
+    def save(
+        self,
+        states: Iterable[ScheduleState],
+        position: int,
+        now: datetime,
+        held: Collection[int] | None = None,
+    ) -> None:
+        """Write rows and the read position (of the ``held`` partitions, else of all) in one
+        transaction; rows never go back in version."""
         rows = [entry_row(s, now, self.live) for s in states]
+        count = self.partitions
+        names = (
+            [PROJECTION]
+            if held is None or count == 1
+            else [progress_name(k, count) for k in sorted(held)]
+        )
         with self.journal.transaction() as conn:
             if rows:
                 upsert(conn, rows)
-            _set_position(conn, position)
+            for name in names:
+                _set_position(conn, position, name)
 
     def rebuild(self, now: datetime) -> dict[str, ScheduleState]:
         """Drop every row and fold the whole schedule history again (logged)."""
@@ -187,7 +258,11 @@ class ScheduleIndex:
             conn.execute(delete(schedule_index))
             for start in range(0, len(rows), 1000):
                 conn.execute(insert(schedule_index), rows[start : start + 1000])
-            conn.execute(delete(progress).where(progress.c.name == PROJECTION))
+            conn.execute(
+                delete(progress).where(
+                    (progress.c.name == PROJECTION) | progress.c.name.like(f"{PROJECTION}/%")
+                )
+            )
             conn.execute(insert(progress).values(name=PROJECTION, position=position))
         log.warning("schedule index rebuilt: %d schedules, position %d", len(states), position)
         return states
@@ -219,6 +294,7 @@ def entry_row(
         "state": dumps(state.to_json()),
         "updated_at": now,
         "origin": None if state.content is None else origin_of(state.content.options),
+        "slot": slot_of(state.schedule_id),
     }
 
 
@@ -262,18 +338,16 @@ def _upsert_mysql(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         conn.execute(stmt, list(rows[start : start + 1000]))
 
 
-def _set_position(conn: Connection, position: int) -> None:
+def _set_position(conn: Connection, position: int, name: str = PROJECTION) -> None:
     done = conn.execute(
         update(progress)
-        .where(progress.c.name == PROJECTION, progress.c.position <= position)
+        .where(progress.c.name == name, progress.c.position <= position)
         .values(position=position)
     ).rowcount
     if not done:
-        exists = conn.execute(
-            select(progress.c.position).where(progress.c.name == PROJECTION)
-        ).first()
+        exists = conn.execute(select(progress.c.position).where(progress.c.name == name)).first()
         if exists is None:
-            conn.execute(insert(progress).values(name=PROJECTION, position=position))
+            conn.execute(insert(progress).values(name=name, position=position))
 
 
 __all__ = [

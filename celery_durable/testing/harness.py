@@ -17,7 +17,7 @@ from celery import Celery
 
 from celery_durable.core.ids import run_stream
 from celery_durable.core.replay import Divergence
-from celery_durable.core.run_aggregate import fold
+from celery_durable.core.run_aggregate import fold, position_order
 from celery_durable.durable import Durable
 from celery_durable.runtime import Runtime
 from celery_durable.testing.clock import TestClock, aware_utc
@@ -34,7 +34,8 @@ MAX_EVENTS = 100_000
 class StepRecord:
     """One position of a durable run as its journal holds it."""
 
-    position: int
+    position: int | str
+    """``3``, or ``"3.1.0"`` inside a parallel branch (S4)."""
     name: str
     kind: str
     status: str
@@ -54,10 +55,10 @@ class CrashPlan:
         self.step = step
         self.run_id = run_id
         self.left = times
-        self.crashed: list[tuple[str, int, str]] = []
+        self.crashed: list[tuple[str, int | str, str]] = []
         """``(run ID, position, step name)`` of every crash it caused."""
 
-    def matches(self, run_id: str, position: int, name: str) -> bool:
+    def matches(self, run_id: str, position: int | str, name: str) -> bool:
         target = self.step
         hit = position == target if isinstance(target, int) else name == target
         return hit and self.left > 0 and self.run_id in (None, run_id)
@@ -208,7 +209,7 @@ class DurableHarness:
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _on_step(self, moment: str, run_id: str, position: int, name: str) -> None:
+    def _on_step(self, moment: str, run_id: str, position: int | str, name: str) -> None:
         if moment == "call":
             with self._lock:
                 self._calls[(run_id, name)] += 1
@@ -245,7 +246,7 @@ class DurableHarness:
             raise LookupError(f"no durable run {run_id!r} in the journal")
         return [
             StepRecord(pos, p.name, p.kind, p.status, p.result, p.attempts)
-            for pos, p in sorted(state.positions.items())
+            for pos, p in sorted(state.positions.items(), key=lambda item: position_order(item[0]))
         ]
 
     def step_calls(self, run_id: str | None = None) -> Counter[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from celery_durable.core.run_aggregate import (
     RUN_SUSPENDED,
     Mismatch,
     Position,
+    PositionId,
     RunState,
     apply,
     fold,
@@ -33,7 +35,7 @@ from celery_durable.core.run_aggregate import (
 )
 from celery_durable.errors import DurableError, JournalUnavailable
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.journal.sql import connection_lost, journal_errors
+from celery_durable.store.journal.sql import Transaction, connection_lost, journal_errors
 from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
 
 if TYPE_CHECKING:
@@ -47,7 +49,7 @@ class StepContext:
     """What a running step may know about itself (W2, S4)."""
 
     run_id: str
-    position: int
+    position: PositionId
     attempt: int
     idempotency_key: str
     task: str
@@ -110,6 +112,10 @@ def step_context() -> StepContext:
 class RunContext:
     """The state and the writes of one delivery of one durable run."""
 
+    inline_waits = False
+    """Whether retry back-offs wait inside the worker whatever their length (a parallel
+    branch cannot give the worker back on its own: W9)."""
+
     def __init__(
         self,
         runtime: Runtime,
@@ -137,6 +143,9 @@ class RunContext:
         self.step: StepContext | None = None
         self.in_step = False
         self.mismatch: Mismatch | None = None
+        self.lock = threading.RLock()
+        """Held around every append: steps of parallel branches store from several threads
+        (W9). Reads of a position take no lock (one dict lookup, atomic in CPython)."""
 
     # -- activation ------------------------------------------------------------------------
 
@@ -155,29 +164,52 @@ class RunContext:
         if seconds > 0:
             self.runtime.sleep(seconds)
 
-    def notify(self, moment: str, position: int, name: str) -> None:
+    def notify(self, moment: str, position: PositionId, name: str) -> None:
         """Tell the runtime's step hooks (tests) that a step is ``"call"``-ed or ``"stored"``."""
         for hook in list(self.runtime.step_hooks):
             hook(moment, self.run_id, position, name)
 
     # -- positions ---------------------------------------------------------------------------
 
-    def reach(self, name: str, kind: str) -> tuple[int, Position | None]:
-        """Take the next position and return what the journal holds there (W6 check)."""
-        position = self.position
+    def at(self, index: int) -> PositionId:
+        """The position id of the ``index``-th position reached by this body (S4)."""
+        return index
+
+    def peek(self) -> tuple[PositionId, Position | None]:
+        """The next position and what the journal holds there, without taking it (W14)."""
+        position = self.at(self.position)
+        return position, self.state.positions.get(position)
+
+    def reach(
+        self, name: str, kind: str, *, stores: bool = True
+    ) -> tuple[PositionId, Position | None]:
+        """Take the next position and return what the journal holds there (W6 check).
+
+        ``stores=False``: the position of a parallel call, which stores nothing itself."""
+        position = self.at(self.position)
         self.position += 1
+        return position, self.check(position, name, kind, stores=stores)
+
+    def check(
+        self, position: PositionId, name: str, kind: str, *, stores: bool = True
+    ) -> Position | None:
+        """What the journal holds at ``position``; parks on another name or kind (W6)."""
         try:
-            return position, stored_at(self.state, position, name, kind)
+            return stored_at(self.state, position, name, kind)
         except Mismatch as mismatch:
             self.mismatch = mismatch
             raise Park(mismatch) from None
 
-    def key(self, position: int) -> str:
+    def old_branch(self, position: PositionId, change_id: str) -> None:
+        """``patched(change_id)`` at ``position`` answered ``False`` (W14); the replay check
+        records it."""
+
+    def key(self, position: PositionId) -> str:
         return idempotency_key(self.task, self.run_id, position)
 
     # -- writing -----------------------------------------------------------------------------
 
-    def event(self, type_: str, position: int | None = None, **data: Any) -> NewEvent:
+    def event(self, type_: str, position: PositionId | None = None, **data: Any) -> NewEvent:
         body: dict[str, Any] = {"v": FORMAT}
         if position is not None:
             body["position"] = position
@@ -197,11 +229,13 @@ class RunContext:
         row: dict[str, Any] | None = None,
         *,
         abort_if: Callable[[], bool] | None = None,
+        also: Callable[[Transaction], None] | None = None,
     ) -> None:
         """Append ``events`` at the version in memory; fold them into the state.
 
         ``row``: values for the run's row in ``celery_durable_runs``, written in the same
-        transaction. The lease is renewed in the same commit once half of it has passed.
+        transaction; ``also(conn)`` writes more in it (the rows of children being started).
+        The lease is renewed in the same commit once half of it has passed.
         Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
         :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
         """
@@ -219,7 +253,7 @@ class RunContext:
                 values = values or {}
                 values.setdefault("lease_until", until)
                 values.setdefault("owner", self.owner)
-            version = self._write(batch, values, now)
+            version = self._write(batch, values, now, also)
             start = self.state.version
             for offset, new in enumerate(batch, start=1):
                 apply(self.state, start + offset, new.type, new.data)
@@ -232,14 +266,21 @@ class RunContext:
             if abort_if is not None and abort_if():
                 raise Changed() from None
 
-        retry_on_conflict(attempt, reread=reread, what=f"run {self.run_id!r}")
+        with self.lock:
+            retry_on_conflict(attempt, reread=reread, what=f"run {self.run_id!r}")
 
-    def _write(self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime) -> int:
+    def _write(
+        self,
+        batch: list[NewEvent],
+        values: dict[str, Any] | None,
+        now: datetime,
+        also: Callable[[Transaction], None] | None = None,
+    ) -> int:
         """Store ``batch``; a connection that dies under it is replaced once before the
         delivery gives up (a step's side effect has happened: its result must not be lost
         to a server restart between two steps)."""
         try:
-            return self._write_now(batch, values, now)
+            return self._write_now(batch, values, now, also)
         except JournalUnavailable as exc:
             if not connection_lost(exc.__cause__):
                 raise
@@ -249,7 +290,7 @@ class RunContext:
                 self.run_id, ", ".join(new.type for new in batch), extra={"run_id": self.run_id},
             )  # fmt: skip
             landed = self._landed(batch)
-            return landed if landed is not None else self._write_now(batch, values, now)
+            return landed if landed is not None else self._write_now(batch, values, now, also)
 
     def _landed(self, batch: list[NewEvent]) -> int | None:
         """The stream's version if ``batch`` was committed although its reply was lost."""
@@ -263,17 +304,24 @@ class RunContext:
         return None
 
     def _write_now(
-        self, batch: list[NewEvent], values: dict[str, Any] | None, now: datetime
+        self,
+        batch: list[NewEvent],
+        values: dict[str, Any] | None,
+        now: datetime,
+        also: Callable[[Transaction], None] | None = None,
     ) -> int:
         with journal_errors():
-            if values is None:
+            if values is None and also is None:
                 return self.journal.append(self.stream, self.state.version, batch)
             with self.journal.transaction() as conn:
                 append = Append(
                     stream=self.stream, expected_version=self.state.version, events=batch
                 )
                 version = self.journal.append_in(conn, [append])[0]
-                RunStore.save_in(conn, self.run_id, now=now, **values)
+                if values is not None:
+                    RunStore.save_in(conn, self.run_id, now=now, **values)
+                if also is not None:
+                    also(conn)
             return version
 
     def catch_up(self) -> None:
@@ -293,13 +341,16 @@ class RunContext:
         events: Sequence[NewEvent] = (),
         *,
         wait: str | None = None,
+        wake_at: datetime | None = None,
     ) -> Suspend:
         """Store ``events`` and a ``RunSuspended`` (releasing the claim); return the
         :class:`Suspend` to raise. Short waits come back by a broker countdown; the run's
         row tells the dispatcher when to send it again (at once for long waits, one lease
-        later for short ones, in case the countdown message is lost)."""
+        later for short ones, in case the countdown message is lost). ``wake_at``: when the
+        dispatcher sends a run without a wake time again (a parent waiting for children, in
+        case the child's wake-up is lost)."""
         now = self.now()
-        wake_at = until
+        wake_at = until if wake_at is None else wake_at
         if until is not None and (until - now).total_seconds() <= self.short_sleep:
             wake_at = until + timedelta(seconds=self.lease)
         suspended = self.event(

@@ -43,10 +43,12 @@ from celery_durable.core.run_aggregate import (
     unreached,
 )
 from celery_durable.errors import DurableError, JournalError, JournalUnavailable, RunParked
-from celery_durable.message import OWNER_HEADER, decode_args, message_json
+from celery_durable.message import OWNER_HEADER, PARENT_HEADER, decode_args, message_json
+from celery_durable.secret_lookup import secret_lookup
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.journal.sql import DatabaseError, journal_errors
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
+from celery_durable.worker.children import wake_parent
 from celery_durable.worker.context import (
     DeliveryKilled,
     LostClaim,
@@ -197,7 +199,7 @@ def deliver(
     run_id = request.id
     if run_id is None or request.called_directly:
         # A plain function call, not a Celery execution: no run, steps are plain calls.
-        return body(*decode_args(args), **kwargs)
+        return body(*decode_args(args, secret_lookup(task.app)), **kwargs)
     eager = bool(request.is_eager)
     # A delivery sent again because the journal was away keeps the claim it had (W8).
     owner = getattr(request, OWNER_HEADER, None) or _owner()
@@ -332,6 +334,9 @@ def _deliver_once(
         return None
     if isinstance(run, Ended):
         return raise_for(run_id, run.outcome)
+    if run.state.ended:  # cancelled before it started (W12)
+        wake_parent(run)
+        return raise_for(run_id, run.state.outcome)  # type: ignore[arg-type]
     return _execute(run, args, kwargs, body)
 
 
@@ -411,9 +416,19 @@ def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) ->
             dict(kwargs), f"the keyword arguments of run {run.run_id!r}", error=DurableError
         )
         message = message_json(args, kwargs, _options_of(task.request))
-        events.append(run.event(RUN_STARTED, task=task.name, **message))
+        parent = getattr(task.request, PARENT_HEADER, None)
+        started: dict[str, Any] = {"task": task.name, **message}
+        if isinstance(parent, str) and parent:
+            started["parent"] = parent
+        events.append(run.event(RUN_STARTED, **started))
+        if "parent" in started:
+            message["headers"] = {PARENT_HEADER: parent}
         row.update(task=task.name, message=message)
     events.append(claim)
+    if not run.state.started and run.state.cancel_requested:
+        # A child cancelled before it started (W12): it ends without running its body.
+        events.append(run.event(RUN_CANCELLED))
+        row.update(status=CANCELLED, owner=None, lease_until=None)
     version = run.state.version
     with run.journal.transaction() as conn:
         from celery_durable.core.journal import Append
@@ -445,7 +460,7 @@ def _execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) 
     token = run.activate()
     try:
         try:
-            value = body(*decode_args(args), **kwargs)
+            value = body(*decode_args(args, secret_lookup(run.runtime.app)), **kwargs)
         except (Suspend, LostClaim, CeleryRetry, Ignore, Reject, JournalUnavailable):
             raise
         except Park:
@@ -505,6 +520,7 @@ def _end(run: RunContext, type_: str, status: str, data: dict[str, Any]) -> None
         [run.event(type_, **data)],
         {"status": status, "owner": None, "lease_until": None, "wake_at": None},
     )
+    wake_parent(run)
 
 
 def _park(run: RunContext) -> None:

@@ -24,6 +24,7 @@ from celery_durable.core.run_aggregate import (
     SIGNAL_WAIT_STARTED,
     SLEEP_STARTED,
     STEP_COMPLETED,
+    PositionId,
 )
 from celery_durable.errors import DurableError
 from celery_durable.worker.context import Changed, RunContext, current_run
@@ -135,7 +136,9 @@ def wait_signal(name: str, timeout: Seconds | None = None) -> Any:
             continue
 
 
-def _wait_once(run: RunContext, position: int, name: str, record: Any, limit: float | None) -> Any:
+def _wait_once(
+    run: RunContext, position: PositionId, name: str, record: Any, limit: float | None
+) -> Any:
     if run.state.cancel_pending:
         raise cancelled(run, position, name, "signal")
     pending = run.state.pending_signal(name)

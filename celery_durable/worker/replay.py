@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.ids import run_stream
 from celery_durable.core.journal import NewEvent
-from celery_durable.core.replay import Divergence, Step, first_divergence
-from celery_durable.core.run_aggregate import Position, RunState, fold
+from celery_durable.core.replay import Divergence, OldBranch, Step, first_divergence_at
+from celery_durable.core.run_aggregate import Position, PositionId, RunState, fold
 from celery_durable.message import decode_args
 from celery_durable.worker.context import RunContext
 
@@ -44,16 +44,22 @@ class ReplayContext(RunContext):
             short_sleep=0.0,
             eager=False,
         )
-        self.path: list[Step] = []
+        self.path: list[tuple[PositionId, Step]] = []
+        self.old: list[tuple[PositionId, str]] = []
 
-    def reach(self, name: str, kind: str) -> tuple[int, Position | None]:
-        position = self.position
-        self.position += 1
-        self.path.append((name, kind))
+    def check(
+        self, position: PositionId, name: str, kind: str, *, stores: bool = True
+    ) -> Position | None:
         record = self.state.positions.get(position)
+        if record is None and not stores:
+            return None  # a parallel call's own position: nothing is stored there
+        self.path.append((position, (name, kind)))
         if record is None or (record.name, record.kind) != (name, kind):
             raise _Stop()
-        return position, record
+        return record
+
+    def old_branch(self, position: PositionId, change_id: str) -> None:
+        self.old.append((position, change_id))
 
     def append(
         self,
@@ -61,6 +67,7 @@ class ReplayContext(RunContext):
         row: dict[str, Any] | None = None,
         *,
         abort_if: Callable[[], bool] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> None:
         raise _Stop()
 
@@ -70,16 +77,22 @@ class ReplayContext(RunContext):
     def wait(self, seconds: float) -> None:
         return None
 
-    def notify(self, moment: str, position: int, name: str) -> None:
+    def notify(self, moment: str, position: PositionId, name: str) -> None:
         return None
 
 
 def replay_run(runtime: Runtime, run_id: str) -> Divergence | None:
     """Replay one ended run against the registered task's current body; ``None`` when the
     body takes the stored path. Runs that have not ended are not replayed (``None``)."""
+    return replay_report(runtime, run_id)[0]
+
+
+def replay_report(runtime: Runtime, run_id: str) -> tuple[Divergence | None, list[OldBranch]]:
+    """:func:`replay_run`, with the ``patched`` markers at which the run takes the old
+    branch (W14)."""
     state = fold(runtime.journal.read_stream(run_stream(run_id)))
     if not state.ended or state.message is None:
-        return None
+        return None, []
     task_name = state.task or ""
     stored = {pos: (p.name, p.kind) for pos, p in state.positions.items()}
     task = runtime.app.tasks.get(task_name)
@@ -91,7 +104,7 @@ def replay_run(runtime: Runtime, run_id: str) -> Divergence | None:
             expected=stored.get(0),
             found=None,
             detail=f"task {task_name!r} is not a durable task registered in this app",
-        )
+        ), []
     context = ReplayContext(runtime, run_id, task_name, state)
     args = decode_args(state.message.get("args") or [])
     kwargs = dict(state.message.get("kwargs") or {})
@@ -105,25 +118,36 @@ def replay_run(runtime: Runtime, run_id: str) -> Divergence | None:
         pass  # the body raised (a stored failure raised again): its path ends there
     finally:
         context.deactivate(token)
-    found = first_divergence(stored, context.path, body_ended=ended)
+    old = [
+        OldBranch(run_id=run_id, task=task_name, position=position, change_id=change)
+        for position, change in context.old
+    ]
+    found = first_divergence_at(stored, context.path, body_ended=ended)
     if found is None:
-        return None
+        return None, old
     position, expected, asked = found
     return Divergence(
         run_id=run_id, task=task_name, position=position, expected=expected, found=asked
-    )
+    ), old
 
 
-def check_runs(
+def check_runs(runtime: Runtime, **selection: Any) -> list[Divergence]:
+    """Replay ended runs (all, one ``run_id``, those of one ``schedule``, those ended
+    ``since``; at most ``limit``, last ended first: see :func:`check_report`) and return
+    every divergence (W6)."""
+    return check_report(runtime, **selection)[0]
+
+
+def check_report(
     runtime: Runtime,
     *,
     schedule: str | None = None,
     run_id: str | None = None,
     since: datetime | None = None,
     limit: int | None = None,
-) -> list[Divergence]:
-    """Replay ended runs (all, one ``run_id``, those of one ``schedule``, those ended
-    ``since``; at most ``limit``, last ended first) and return every divergence (W6)."""
+) -> tuple[list[Divergence], list[OldBranch]]:
+    """Replay the selected ended runs; every divergence (W6) and every run that takes the
+    old branch of a ``patched`` marker (W14)."""
     if run_id is not None:
         ids = [run_id]
     else:
@@ -131,9 +155,11 @@ def check_runs(
         ids = [rid for rid, _ in rows if schedule is None or rid.startswith(f"{schedule}@")]
         if limit is not None:
             ids = ids[:limit]
-    found = []
+    found: list[Divergence] = []
+    old: list[OldBranch] = []
     for rid in ids:
-        divergence = replay_run(runtime, rid)
+        divergence, branches = replay_report(runtime, rid)
         if divergence is not None:
             found.append(divergence)
-    return found
+        old.extend(branches)
+    return found, old

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from celery_durable import tracing
 from celery_durable.core.codec import check_json_value, time_to_json
 from celery_durable.core.retry import GiveUp, Retry, decide_retry, type_name
 from celery_durable.core.run_aggregate import (
@@ -25,6 +26,7 @@ from celery_durable.core.run_aggregate import (
     STEP_COMPLETED,
     STEP_FAILED,
     STEP_STARTED,
+    PositionId,
 )
 from celery_durable.errors import AttemptTimeout, DurableError, StepFailed
 from celery_durable.worker.context import Changed, RunContext, StepContext, current_run
@@ -66,7 +68,11 @@ def make_step(
         run = current_run()
         if run is None or run.in_step:
             return fun(*args, **kwargs)
-        return run_step(run, stored_name, "step", policy, fun, args, kwargs)
+        found = tracing.tracer()
+        if found is None:
+            return run_step(run, stored_name, "step", policy, fun, args, kwargs)
+        with tracing.StepSpan(found, run, stored_name, "step") as span:
+            return run_step(run, stored_name, "step", policy, fun, args, kwargs, span)
 
     step.__durable_step__ = stored_name  # type: ignore[attr-defined]
     step.retry_policy = policy  # type: ignore[attr-defined]
@@ -74,7 +80,7 @@ def make_step(
 
 
 def step_failed(
-    run_id: str, position: int, name: str, error: dict[str, Any], attempts: int
+    run_id: str, position: PositionId, name: str, error: dict[str, Any], attempts: int
 ) -> StepFailed:
     """The ``StepFailed`` for a stored failure (the same on the first run and on replay)."""
     failure = error.get("failure", "error")
@@ -95,7 +101,7 @@ def step_failed(
 
 def fail(
     run: RunContext,
-    position: int,
+    position: PositionId,
     name: str,
     kind: str,
     *,
@@ -111,7 +117,7 @@ def fail(
 
 
 def cancelled(
-    run: RunContext, position: int, name: str, kind: str, attempts: int = 0
+    run: RunContext, position: PositionId, name: str, kind: str, attempts: int = 0
 ) -> StepFailed:
     """Deliver a pending cancel request at this position (W7)."""
     return fail(
@@ -134,9 +140,14 @@ def run_step(
     fun: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    span: Any = None,
 ) -> Any:
-    """Replay or execute one step at the run's next position."""
+    """Replay or execute one step at the run's next position, marking its ``span`` if traced."""
     position, record = run.reach(name, kind)
+    if span is not None and record is not None and record.status in ("completed", "failed"):
+        # A completed record counts the attempts that failed before the one that succeeded.
+        attempts = record.attempts + (record.status == "completed")
+        tracing.mark_step(span, attempts, replayed=True)
     if record is not None:
         if record.status == "completed":
             return record.result
@@ -168,6 +179,8 @@ def run_step(
     began = time.monotonic()
     while True:
         run.step = StepContext(run.run_id, position, attempt, run.key(position), run.task)
+        if span is not None:
+            tracing.mark_step(span, attempt, replayed=False)
         run.notify("call", position, name)
         run.in_step = True
         try:
@@ -247,7 +260,7 @@ def _plain(value: Any, max_bytes: int) -> bool:
 
 def _wait_or_suspend(
     run: RunContext,
-    position: int,
+    position: PositionId,
     name: str,
     kind: str,
     at: Any,
@@ -257,7 +270,7 @@ def _wait_or_suspend(
     """Wait for a retry in the worker if it is due within :data:`INLINE_WAIT`, else store it
     and give the worker back. Returns when the next attempt may start."""
     wait = (at - run.now()).total_seconds()
-    if wait <= INLINE_WAIT and not run.state.cancel_pending:
+    if (wait <= INLINE_WAIT or run.inline_waits) and not run.state.cancel_pending:
         if events:
             run.append(events)
         run.wait(wait)

@@ -30,6 +30,8 @@ Benchmarks (``--only`` takes a comma-separated subset):
                 ``recorded_at``); CPU share of the beat process (psutil).
 * ``memory``    peak RSS (VmHWM) of a beat process with 100,000 schedules all due at once (every
                 state in memory: the worst case); the start-up runs report VmHWM too.
+* ``create_many`` ``durable.schedules.create_many`` of 10,000 and 100,000 specs on a fresh
+                PostgreSQL schema, in a fresh process: schedules/s, wall and CPU seconds.
 * ``visibility`` with a beat running over 1,000 idle schedules, the driver creates a schedule
                 (``Once`` due now) through ``durable.schedules.create``: time from ``create()``
                 returning to its message on Redis; 50 samples, random gaps.
@@ -61,7 +63,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-from dispatch_bench import burst, memory, peers, startup, steady, visibility  # noqa: E402
+from dispatch_bench import (  # noqa: E402
+    burst,
+    create_many,
+    floor,
+    memory,
+    peers,
+    startup,
+    steady,
+    visibility,
+)
 from dispatch_bench.common import (  # noqa: E402
     ALL,
     DEFAULT_PEERS_DIR,
@@ -85,6 +96,7 @@ def tables(rec: Recorder, a: argparse.Namespace) -> str:
         steady.table,
         memory.table,
         visibility.table,
+        create_many.table,
     ]
     return "\n".join(line for part in parts for line in part(rec, a))
 
@@ -112,6 +124,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--backends", default="postgres,sqlite")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--n-burst", type=int, default=10_000)
+    ap.add_argument(
+        "--burst-sizes",
+        default=None,
+        help="comma-separated burst sizes (default: --n-burst), e.g. 10000,100000",
+    )
+    ap.add_argument("--n-create-many", type=int, default=100_000, help="largest create_many size")
     ap.add_argument("--n-startup", type=int, default=100_000)
     ap.add_argument(
         "--history-runs",
@@ -144,6 +162,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a.peer_schedulers = a.peer_schedulers or ("redbeat" if a.quick else "persistent,redbeat")
     a.duration = a.duration or (15.0 if a.quick else 120.0)
     a.backends = [b for b in a.backends.split(",") if b]
+    a.burst_sizes = [int(x) for x in (a.burst_sizes or str(a.n_burst)).split(",") if x]
     a.only = [b for b in a.only.split(",") if b]
     unknown = set(a.only) - set(ALL)
     if unknown:
@@ -153,15 +172,22 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def child_main(argv: Sequence[str]) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["tick", "startup"])
+    ap.add_argument("kind", choices=["tick", "startup", "floor", "create_many"])
     ap.add_argument("--url", required=True)
     ap.add_argument("--broker", required=True)
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--head", type=int, required=True)
     ap.add_argument("--profile-out", default=None)
+    ap.add_argument("--variant", default=None)
     c = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    (burst.child_tick if c.kind == "tick" else startup.child_startup)(c)
+    children = {
+        "tick": burst.child_tick,
+        "startup": startup.child_startup,
+        "floor": floor.child_floor,
+        "create_many": create_many.child_create_many,
+    }
+    children[c.kind](c)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -206,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "steady": lambda: steady.run(a, rec),
         "memory": lambda: memory.run(a, rec),
         "visibility": lambda: visibility.run(a, rec),
+        "create_many": lambda: create_many.run(a, rec),
     }
     redis_server = None
     if a.redis_url == "private":

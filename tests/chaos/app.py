@@ -43,6 +43,8 @@ app.conf.update(
     durable_check_interval=5,
     worker_cancel_long_running_tasks_on_connection_loss=True,
 )
+if os.environ.get("CHAOS_PARTITIONS"):
+    app.conf.durable_partitions = int(os.environ["CHAOS_PARTITIONS"])  # D10
 durable = Durable(app, os.environ.get("CHAOS_JOURNAL"))
 
 LEDGER_DDL = """

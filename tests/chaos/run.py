@@ -3,6 +3,7 @@
     python -m tests.chaos.run --minutes 2            # the CI length
     python -m tests.chaos.run --minutes 15 --seed 7  # the published run (docs/guarantees.md)
     python -m tests.chaos.run --minutes 1 --journal mysql  # the journal on MariaDB/MySQL
+    python -m tests.chaos.run --minutes 1 --partitions 8  # every beat works a share (D10)
 
 It creates a fresh PostgreSQL database (with ``--journal mysql``: a MariaDB/MySQL database
 beside the one of ``CELERY_DURABLE_TEST_MYSQL_URL``) for the journal and another for the
@@ -572,6 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--beats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="durable_partitions of the journal (D10): with more than 1 every beat works a share",
+    )
     parser.add_argument("--keep", action="store_true", help="keep databases and logs")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(
@@ -585,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    log(f"seed {seed}, {args.minutes} min of faults, journal on {args.journal}, logs in {workdir}")
+    log(
+        f"seed {seed}, {args.minutes} min of faults, journal on {args.journal}, "
+        f"{args.partitions} partition(s), logs in {workdir}"
+    )
     report = Report()
     with fresh_databases(args.keep, args.journal) as (journal_db, ledger_db):
         with psycopg.connect(libpq(ledger_db), autocommit=True) as conn:
@@ -598,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
             "CHAOS_BROKER": redis.url,
             "CHAOS_JOURNAL": journal_db.url,
             "CHAOS_LEDGER": libpq(ledger_db),
+            "CHAOS_PARTITIONS": str(args.partitions),
         }
         durable = client(redis.url, journal_db.url)
         from celery_durable import CatchUp

@@ -27,6 +27,8 @@ app.conf.update(
     durable_leader_lease=float(os.environ.get("E2E_LEASE", "10")),
     durable_prune_interval=float(os.environ.get("E2E_PRUNE_INTERVAL", "300")),
 )
+if os.environ.get("E2E_PARTITIONS"):
+    app.conf.durable_partitions = int(os.environ["E2E_PARTITIONS"])
 durable = Durable(app)
 _sink = redis.Redis.from_url(os.environ["E2E_SINK"])
 
@@ -59,4 +61,14 @@ elif os.environ.get("E2E_BEAT") == "stock":
             "kwargs": {"n": 2},
             "options": {"expires": 60},
         },
+    }
+elif os.environ.get("E2E_BEAT") == "many":
+    # E2E_SCHEDULES entries of one second each, for the partition tests (D10).
+    app.conf.beat_schedule = {
+        f"many-{i:03d}": {
+            "task": "e2e.tick",
+            "schedule": 1.0,
+            "options": {"catch_up": "all"},
+        }
+        for i in range(int(os.environ.get("E2E_SCHEDULES", "300")))
     }

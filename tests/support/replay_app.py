@@ -11,12 +11,12 @@ from typing import Any
 
 from celery import Celery
 
-from celery_durable import Durable, ScheduledRun, sleep
+from celery_durable import Durable, ScheduledRun, parallel, patched, sleep
 
 app = Celery("replay_app", broker="memory://")
 app.conf.update(task_ignore_result=True)
 durable = Durable(app)
-BODY = {"order": "ab"}
+BODY = {"order": "ab", "patch": "old", "branches": "ab"}
 CALLS: list[str] = []
 
 
@@ -53,6 +53,22 @@ def faults() -> str:
     return "never"
 
 
+@durable.task(name="replay.patching")
+def patching() -> list[str]:
+    """``BODY["patch"]``: ``"old"`` calls ``a`` then ``b``; ``"new"`` guards ``b`` first
+    with ``patched`` (W14), so runs of the old code keep their path."""
+    if BODY["patch"] == "new" and patched("b-first"):
+        return [b(), a()]
+    return [a(), b()]
+
+
+@durable.task(name="replay.branched")
+def branched() -> list[str]:
+    """``BODY["branches"]``: the two branches of a parallel call, ``"ab"`` or swapped."""
+    first, second = (a, b) if BODY["branches"] == "ab" else (b, a)
+    return parallel(first, second)
+
+
 def reset() -> Any:
-    BODY["order"] = "ab"
+    BODY.update(order="ab", patch="old", branches="ab")
     CALLS.clear()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, cast
 from urllib.parse import urlencode
@@ -111,6 +111,8 @@ class RunRow:
     state: str
     outcome: str
     detail: str
+    url: str = ""
+    """The durable run's own page (with its parent and children, W13); empty for plain runs."""
 
     @property
     def due_utc(self) -> str:
@@ -164,6 +166,18 @@ UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu
 def shows_local_time() -> bool:
     """Whether the current Django time zone differs from UTC by name (``TIME_ZONE``)."""
     return dj_timezone.get_current_timezone_name() not in UTC_ZONES
+
+
+def _parent_of(durable: Durable, run_id: str) -> str | None:
+    """The parent's run ID named in a child run's ``RunStarted`` (W13), else ``None``."""
+    from celery_durable.core.ids import run_stream
+    from celery_durable.core.run_aggregate import RUN_STARTED
+
+    for event in durable.journal.read_stream(run_stream(run_id))[:2]:
+        if event.type == RUN_STARTED:
+            parent = event.data.get("parent")
+            return parent if isinstance(parent, str) else None
+    return None
 
 
 def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
@@ -232,6 +246,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return [
             path("", view(self.changelist_view), name=f"{prefix}_changelist"),
             path("add/", view(self.add_view), name=f"{prefix}_add"),
+            # A durable run's page (W13): its parent and children, linked both ways.
+            path("run/<path:run_id>/", view(self.run_view), name=f"{prefix}_run"),
             # IDs may hold "/": the admin's quote() escapes it, and <path:> takes the rest.
             *(
                 path(f"<path:object_id>/{name}/", view(fun), name=f"{prefix}_{name}")
@@ -428,7 +444,10 @@ class ScheduleAdmin(admin.ModelAdmin):
             "list[RunView]",
             durable.schedules.runs(view.id, limit=None if all_runs else RUNS_SHOWN + 1),
         )
-        shown_runs = run_rows(durable, runs[: None if all_runs else RUNS_SHOWN])
+        shown_runs = [
+            replace(r, url=self._url("run", r.run.run_id)) if r.state == "started" else r
+            for r in run_rows(durable, runs[: None if all_runs else RUNS_SHOWN])
+        ]
         context = self._context(
             request,
             f"Schedule {view.id}",
@@ -441,6 +460,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             rule=view.rule.describe(),
             next_utc=utc_text(view.next_due),
             next_local=local_text(view.next_due),
+            next_run_utc=utc_text(view.next_run) if view.next_run else "none (blackout windows)",
             anchor_utc=utc_text(view.anchor),
             timing=timing_text(view),
             created_utc=utc_text(view.created_at),
@@ -508,6 +528,35 @@ class ScheduleAdmin(admin.ModelAdmin):
             **(extra_context or {}),
         )
         return TemplateResponse(request, "celery_durable/admin/schedule_history.html", context)
+
+    def run_view(self, request: HttpRequest, run_id: str) -> HttpResponse:
+        """A durable run: task, status, outcome, its parent and its children, each a link
+        to its own page (W13)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        durable = self.durable()
+        run_id = unquote(run_id)
+        row = durable.runs.row(run_id)
+        try:
+            children = durable.children(run_id)
+        except LookupError:
+            raise Http404(f"no durable run {run_id!r}") from None
+        parent = _parent_of(durable, run_id)
+        status = str(row["status"]) if row is not None else "queued"
+        outcome, detail = _outcome(durable, run_id, status) if status in _ENDED else (status, "")
+        context = self._context(
+            request,
+            f"Durable run {run_id}",
+            run_id=run_id,
+            task=row["task"] if row is not None else "",
+            status=status,
+            outcome=outcome,
+            detail=detail,
+            parent=parent,
+            parent_url=self._url("run", parent) if parent else None,
+            children=[(rid, state, self._url("run", rid)) for rid, state in children],
+        )
+        return TemplateResponse(request, "celery_durable/admin/run.html", context)
 
     def _object_action(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         if request.method != "POST":  # these change state: never on a GET

@@ -17,9 +17,11 @@ from django import forms
 from django.conf import settings
 
 from celery_durable.core import limits
+from celery_durable.core.blackouts import Blackout, OnBlackout, parse_window
 from celery_durable.core.ids import check_schedule_id
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
+from celery_durable.core.secrets import decode_secrets, encode_secrets
 from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
 
 if TYPE_CHECKING:
@@ -123,10 +125,16 @@ def format_instant(moment: datetime | None, zone: str | None) -> str:
 
 
 def parse_json(text: str, what: str) -> Any:
+    """The JSON of a field; ``{"$secret": "env:NAME"}`` in it is a Secret (P5)."""
     try:
-        return limits.parse_json(text, what) if text.strip() else None
+        return decode_secrets(limits.parse_json(text, what)) if text.strip() else None
     except ValueError as exc:
         raise forms.ValidationError(str(exc)) from None
+
+
+def json_text(value: Any) -> str:
+    """A value as its field shows it: Secrets as their references, lookalikes escaped (P5)."""
+    return json.dumps(encode_secrets(value)[0], ensure_ascii=False)
 
 
 def _span_field(label: str, help_text: str) -> forms.CharField:
@@ -136,6 +144,17 @@ def _span_field(label: str, help_text: str) -> forms.CharField:
         required=False,
         help_text=f"Optional: {help_text}",
         widget=forms.TextInput(attrs={"size": 10}),
+    )
+
+
+def _text_area(label: str, help_text: str, initial: str = "") -> forms.CharField:
+    """An optional two-line text field (the options' JSON, the blackout windows)."""
+    return forms.CharField(
+        label=label,
+        required=False,
+        initial=initial,
+        help_text=help_text,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"}),
     )
 
 
@@ -230,14 +249,25 @@ class ScheduleForm(forms.Form):
         "Catch-up window",
         "(LATEST and ALL) after downtime, due times older than this are dropped.",
     )
-    options = forms.CharField(
-        label="Celery options (JSON)",
+    blackouts = _text_area(
+        "Blackout windows",
+        "Optional, one per line: no run starts inside (P4). NAME;cron EXPR;DURATION;ZONE, "
+        "NAME;daily HH:MM;DURATION;ZONE, NAME;weekly sat,sun@08:00;DURATION;ZONE or "
+        "NAME;FROM;UNTIL (ISO 8601 instants with Z).",
+    )
+    on_blackout = forms.ChoiceField(
+        label="On blackout",
         required=False,
+        choices=[(o.value, o.name) for o in OnBlackout],
+        initial=OnBlackout.SKIP.value,
+        help_text="A due time inside a window (this schedule's or a global one): SKIP records "
+        "it as skipped, DEFER runs it once when the window ends.",
+    )
+    options = _text_area(
+        "Celery options (JSON)",
+        'Optional: {"queue": "…", "priority": 5, "expires": 60, …}; a plain task without '
+        'input also takes "args": […] and "kwargs": {…} (a durable task gets its input only).',
         initial="{}",
-        help_text='Optional: {"queue": "…", "priority": 5, "expires": 60, …}; a plain task '
-        'without input also takes "args": […] and "kwargs": {…} (a durable task gets its '
-        "input only).",
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "class": "vLargeTextField"}),
     )
     reason = forms.CharField(
         label="Reason",
@@ -270,14 +300,16 @@ class ScheduleForm(forms.Form):
             "zone": zone,
             "end_at": format_instant(rule.end_at, zone),
             "max_runs": rule.max_runs,
-            "input": json.dumps(view.input, ensure_ascii=False),
+            "input": json_text(view.input),
             "catch_up": view.catch_up.value,
             "overlap": view.overlap.value,
             **{
                 name: "" if getattr(view, name) is None else format_duration(getattr(view, name))
                 for name in POLICY_FIELDS
             },
-            "options": json.dumps(options, ensure_ascii=False) if options else "{}",
+            "options": json_text(options) if options else "{}",
+            "blackouts": "\n".join(w.describe() for w in view.blackouts),
+            "on_blackout": view.on_blackout.value,
         }
         if isinstance(rule, (Daily, Weekly)):
             data["at"] = rule.at.isoformat("minutes" if not rule.at.second else "seconds")
@@ -315,6 +347,13 @@ class ScheduleForm(forms.Form):
 
     def clean_catch_up_window(self) -> timedelta | None:
         return self._span("catch_up_window")
+
+    def clean_blackouts(self) -> list[Blackout]:
+        lines = (self.cleaned_data.get("blackouts") or "").splitlines()
+        try:
+            return [parse_window(line, "blackout window") for line in lines if line.strip()]
+        except InvalidSchedule as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean_options(self) -> dict[str, Any]:
         value = parse_json(self.cleaned_data.get("options") or "", "the options")
@@ -376,6 +415,9 @@ class ScheduleForm(forms.Form):
         args = (data["id"], data["task"].strip(), data["input"], self.rule, data["catch_up"])
         options = dict(data["options"], overlap=data["overlap"])
         options.update({name: data.get(name) for name in POLICY_FIELDS})
+        options.update(
+            blackouts=data.get("blackouts") or [], on_blackout=data.get("on_blackout") or "skip"
+        )
         command = durable.schedules.create if self.creating else durable.schedules.change
         try:
             command(*args, by=by, reason=data.get("reason") or None, **options)
@@ -402,6 +444,8 @@ class ScheduleForm(forms.Form):
             return "cron" if where != "Cron.zone" else "zone"
         if "." in where:
             return _FIELD_OF.get(where.split(".", 1)[1].split(".")[0])
+        if where.startswith("blackout") or where == "on_blackout":
+            return "on_blackout" if where == "on_blackout" else "blackouts"
         if where in ("catch_up", "overlap", "task", "input", "options", "reason", *POLICY_FIELDS):
             return where
         if where == "by":  # the user name: not a field of the form

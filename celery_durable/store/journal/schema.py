@@ -28,6 +28,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    bindparam,
     insert,
     inspect,
     or_,
@@ -61,6 +62,7 @@ __all__ = [
     "progress",
     "schedule_index",
     "schema_versions",
+    "settings",
     "snapshots",
 ]
 
@@ -173,6 +175,20 @@ schedule_index = Table(
     # NULL for the API's. Beat's start-up reads the rows of its imports by it (D13). Journal
     # schema version 2 (2026-12-04).
     Column("origin", String(64), nullable=True, index=True),
+    # The schedule ID's stable hash (core.partitions.slot_of): a beat reads the rows of its
+    # partitions by ``slot % N`` (D10). Journal schema version 3 (2026-12-04).
+    Column("slot", Integer, nullable=False, server_default="0"),
+    **_MYSQL_TABLE,
+)
+
+#: Settings of the journal itself, shared by every process that uses it: ``partitions`` (D10),
+#: its value as JSON. A table of its own, so older journals gain it on their next start.
+settings = Table(
+    "celery_durable_settings",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", JsonText, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
     **_MYSQL_TABLE,
 )
 
@@ -261,7 +277,7 @@ def _create_table_mysql(element: CreateTable, compiler: DDLCompiler, **kw: Any) 
 
 
 #: The schema version this code writes, per component (rows of ``celery_durable_schema``).
-SCHEMA_VERSIONS: dict[str, int] = {"journal": 2}
+SCHEMA_VERSIONS: dict[str, int] = {"journal": 3}
 
 Migration = Callable[[Connection], None]
 # (component, version it produces) → function that upgrades from version - 1, in the caller's
@@ -304,6 +320,25 @@ def _add_schedule_origin(conn: Connection) -> None:
         origin = origin_of(content.get("options") or {})
         if origin is not None:
             conn.execute(update(table).where(table.c.schedule_id == sid).values(origin=origin))
+
+
+@migration("journal", 3)
+def _add_schedule_slot(conn: Connection) -> None:
+    """Journal version 3 (2026-12-04): the schedule index's ``slot`` column, each row's stable
+    hash of its schedule ID, so that a beat reads only its partitions' rows (D10). Safe to run
+    on a table that has it already."""
+    from celery_durable.core.partitions import slot_of
+
+    table = schedule_index
+    column = table.c.slot
+    if column.name not in {c["name"] for c in inspect(conn).get_columns(table.name)}:
+        spec = CreateColumn(column).compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {spec}"))
+    ids = list(conn.execute(select(table.c.schedule_id)).scalars())
+    stmt = update(table).where(table.c.schedule_id == bindparam("sid")).values(slot=bindparam("s"))
+    for start in range(0, len(ids), 1000):
+        rows = [{"sid": sid, "s": slot_of(sid)} for sid in ids[start : start + 1000]]
+        conn.execute(stmt, rows)
 
 
 def ensure_schema(conn: Connection) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from celery_durable import Durable
 
+from . import floor
 from .common import (
     RESULTS,
     ROOT,
@@ -260,10 +261,12 @@ def child_tick(c: argparse.Namespace) -> None:
 
 
 def run(a: argparse.Namespace, rec: Recorder) -> None:
-    for rep in range(a.reps):
-        for backend in a.backends:
-            burst_beat_once(a, backend, a.n_burst, rep, rec)
-            burst_tick_once(a, backend, a.n_burst, rep, rec)
+    for n in a.burst_sizes:
+        for rep in range(a.reps):
+            floor.run(a, rec, n, rep)  # the same run's floors, beside each repetition
+            for backend in a.backends:
+                burst_beat_once(a, backend, n, rep, rec)
+                burst_tick_once(a, backend, n, rep, rec)
     if a.profile:
         for backend in a.backends:
             burst_tick_once(
@@ -272,14 +275,18 @@ def run(a: argparse.Namespace, rec: Recorder) -> None:
 
 
 def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
-    """The markdown lines of this benchmark's table (none without its rows)."""
+    """The markdown lines of this benchmark's tables, one per burst size (none without rows)."""
+    sizes = sorted({x["n"] for x in rec.of("burst_beat")} | set(getattr(a, "burst_sizes", [])))
+    return [line for n in sizes or [a.n_burst] for line in _table(rec, a, n)]
+
+
+def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
     out: list[str] = []
     w = out.append
     peers = rec.of("peer_beat")
     pub = rec.of("peer_publish")
-    bb = {b: rec.of("burst_beat", backend=b) for b in ("postgres", "sqlite", "mysql")}
-    if peers or any(bb.values()):
-        n = a.n_burst
+    bb = {b: rec.of("burst_beat", backend=b, n=n) for b in ("postgres", "sqlite", "mysql")}
+    if peers or any(bb.values()) or rec.of("publish_floor", n=n):
         w(f"\n### Burst: {n:,} schedules all due at once → on Redis and recorded (same run)\n")
         w(
             "| scheduler | journal | reps | launch→ready (s) | launch→1st msg (s) | launch→all N "
@@ -328,6 +335,7 @@ def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
                         f"| {v} | {len(rows)} | {fmt([x['wall_s'] for x in rows], 3)} "
                         f"| {fmt([x['msgs_per_s'] for x in rows], 0)} |"
                     )
+        out.extend(floor.table_lines(rec, n))
         pg = bb["postgres"]
         if pg:
             d_all = med([x["t_all_started_s"] for x in pg])
@@ -354,6 +362,14 @@ def table(rec: Recorder, a: argparse.Namespace) -> list[str]:
                         f"| {sched} | {ge}{ratio(t, d_all)} | {ge}{ratio(d_rate, n / t if t else None)} "
                         f"| {ge}{ratio(d_disp, med([x['rate_bound'] for x in rows]))} |"
                     )
+            for v in ("apply_async_batch", "lpush_pipeline"):
+                rates = floor.floor_rate(rec, n, v)
+                if rates:
+                    f = med(rates)
+                    w(
+                        f"| floor `{v}` (same run, publishing only: no process start, no journal) "
+                        f"| {ratio(n / f if f else None, d_all)} | **{ratio(d_rate, f)}** | {ratio(d_disp, f)} |"
+                    )
             for v in ("apply_async_producer", "apply_async_batch"):
                 rows = [x for x in pub if x.get("variant") == v]
                 if rows:
@@ -372,24 +388,24 @@ def tick_table(rec: Recorder, a: argparse.Namespace) -> list[str]:
     w = out.append
     tk = rec.of("burst_tick")
     if tk:
-        w(
-            f"\n### Burst, in-process `dispatcher().tick()` loop (fresh process, {a.n_burst:,} due)\n"
-        )
+        w("\n### Burst, in-process `dispatcher().tick()` loop (fresh process, N due)\n")
         w(
             "Time spent in each part, summed over both threads: the starts of one round are "
             "stored by the writer thread while the next round is decided and sent, so the parts "
             "add up to more than the tick loop. CPU = the process's CPU time in the loop.\n"
         )
         w(
-            "| journal | reps | Durable+dispatcher()+load (s) | ticks | tick loop (s) | CPU (s) | "
+            "| N | journal | reps | Durable+dispatcher()+load (s) | ticks | tick loop (s) | CPU (s) | "
             "decide (s) | store: events+commit (s) | publish (s) | index reads (s) | runs/s |"
         )
-        w("|---|---|---|---|---|---|---|---|---|---|---|")
-        for b in ("postgres", "sqlite", "mysql"):
-            rows = [x for x in tk if x["backend"] == b and "ticks_s" in x]
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for n, b in [
+            (n, b) for n in sorted({x["n"] for x in tk}) for b in ("postgres", "sqlite", "mysql")
+        ]:
+            rows = [x for x in tk if x["backend"] == b and x["n"] == n and "ticks_s" in x]
             if rows:
                 w(
-                    f"| {b} | {len(rows)} | {fmt([x['load_s'] for x in rows], 3)} "
+                    f"| {n:,} | {b} | {len(rows)} | {fmt([x['load_s'] for x in rows], 3)} "
                     f"| {fmt([x['ticks'] for x in rows], 0)} | {fmt([x['ticks_s'] for x in rows])} "
                     f"| {fmt([x.get('ticks_cpu_s') for x in rows])} "
                     f"| {fmt([x['decide_s'] for x in rows])} | {fmt([x['store_s'] for x in rows])} "

@@ -37,7 +37,7 @@ DEFAULT_PEERS_DIR = ROOT.parent / "shared" / "peers"
 RESULTS = HERE / "results"
 TASK = "bench.noop"
 SCHEDULER = "celery_durable.beat:DurableScheduler"
-ALL = ("peers", "burst", "startup", "steady", "memory", "visibility")
+ALL = ("peers", "burst", "startup", "steady", "memory", "visibility", "create_many")
 
 _children: list[subprocess.Popen[bytes]] = []
 

@@ -1,0 +1,152 @@
+"""``durable.blackouts``: the blackout windows every schedule honours (P4), kept in the journal.
+
+The global list is the stream ``settings/blackouts``; each ``BlackoutsSet`` event holds the
+whole list from then on. Any process may set it; a running dispatcher reads the stream again
+at most every :data:`WATCH_INTERVAL`, so a change is honoured within about a second.
+``durable_blackouts`` in the app's settings is brought into the journal when beat starts
+(:func:`import_setting`), as ``beat_schedule`` is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.core.audit import check_audit
+from celery_durable.core.blackouts import (
+    GLOBAL_STREAM,
+    Blackout,
+    check_windows,
+    global_windows,
+    set_event,
+)
+from celery_durable.errors import InvalidSchedule
+from celery_durable.store.conflicts import retry_on_conflict
+
+if TYPE_CHECKING:
+    from celery_durable.core.journal import Journal
+    from celery_durable.runtime import Runtime
+
+log = logging.getLogger("celery_durable.blackouts")
+
+WATCH_INTERVAL = timedelta(seconds=1)
+"""How often a dispatcher reads the global windows again (P4: seen within ~1 s)."""
+
+SETTING = "durable_blackouts"
+
+
+class GlobalBlackouts:
+    """Read and replace the global blackout windows. Reach it as ``durable.blackouts``.
+
+    >>> durable.blackouts.set([Blackout.between("freeze", start, end)], reason="year end")
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def get(self) -> tuple[Blackout, ...]:
+        """The global windows as the journal holds them now (empty when never set)."""
+        found = global_windows(self._runtime.journal.read_stream(GLOBAL_STREAM))
+        return () if found is None else found
+
+    def set(
+        self,
+        windows: Iterable[Blackout],
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> bool:
+        """Make ``windows`` the global list; ``False`` when it already was (nothing stored).
+
+        Raises ``InvalidSchedule`` for something that is not a list of ``Blackout`` or for a
+        name given twice, before anything is stored. ``by``, ``reason``: who and why (O5).
+        """
+        checked = check_windows(windows)
+        check_audit(by, reason)
+        journal = self._runtime.journal
+
+        def attempt() -> bool:
+            stored = journal.read_stream(GLOBAL_STREAM)
+            if (global_windows(stored) or ()) == checked and stored:
+                return False
+            version = stored[-1].version if stored else 0
+            event = set_event(checked, self._runtime.now(), by, reason)
+            journal.append(GLOBAL_STREAM, version, [event])
+            return True
+
+        return retry_on_conflict(attempt, what="the global blackout windows")
+
+    def clear(self, *, by: str | None = None, reason: str | None = None) -> bool:
+        """Remove every global window; ``False`` when there was none."""
+        if not self.get():
+            return False
+        return self.set((), by=by, reason=reason)
+
+
+class BlackoutWatch:
+    """The dispatcher's copy of the global windows, read again at most every second."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._version = 0
+        self._windows: tuple[Blackout, ...] = ()
+        self._next_read: datetime | None = None
+
+    def current(self, now: datetime) -> tuple[Blackout, ...]:
+        """The global windows as of the last read (reading again once a second has passed)."""
+        due = self._next_read
+        if due is None or now >= due or now < due - WATCH_INTERVAL:  # a clock set back: read
+            self.read(now)
+        return self._windows
+
+    def read(self, now: datetime) -> None:
+        """Fold the events stored since the last read."""
+        tail = self._journal.read_stream(GLOBAL_STREAM, after_version=self._version)
+        if tail:
+            self._version = tail[-1].version
+            try:
+                found = global_windows(tail)
+            except InvalidSchedule as exc:  # written by a newer version: keep what we had
+                log.error("cannot read the global blackout windows: %s", exc)
+                found = None
+            if found is not None:
+                if found != self._windows:
+                    log.info("global blackout windows: %s", _names(found))
+                self._windows = found
+        self._next_read = now + WATCH_INTERVAL
+
+
+def _names(windows: tuple[Blackout, ...]) -> str:
+    return ", ".join(w.name for w in windows) or "none"
+
+
+def from_setting(value: Any) -> tuple[Blackout, ...] | None:
+    """``durable_blackouts``: ``None`` (unset) or a list of ``Blackout``; ``ConfigError``."""
+    if value is None:
+        return None
+    from celery_durable.config import ConfigError
+
+    try:
+        return check_windows(value, SETTING)
+    except InvalidSchedule as exc:
+        raise ConfigError(str(exc)) from None  # the message names the setting
+
+
+def import_setting(runtime: Runtime) -> bool:
+    """Bring ``durable_blackouts`` into the journal (at beat start); ``True`` when it changed.
+
+    Unset, the journal's list is left as it is (managed with ``durable.blackouts`` and the
+    CLI). Set, it replaces the journal's list, as ``beat_schedule`` entries replace theirs.
+    """
+    windows = from_setting(runtime.app.conf.get(SETTING))
+    if windows is None:
+        return False
+    changed = GlobalBlackouts(runtime).set(windows, by="beat", reason=f"{SETTING} setting")
+    if changed:
+        log.info("%s imported: %s", SETTING, _names(windows))
+    return changed
+
+
+__all__ = ["WATCH_INTERVAL", "BlackoutWatch", "GlobalBlackouts", "from_setting", "import_setting"]

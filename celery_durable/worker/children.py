@@ -1,0 +1,442 @@
+"""Child runs (W10-W13): a durable run starts other durable runs and waits for them durably.
+
+A child's start is a position of the parent: ``ChildStarted`` is appended to the parent's
+stream together with the child's row in the run table (one transaction), and only then is the
+child's message sent, with the child's run ID as task id and the parent's run ID in the
+:data:`~celery_durable.message.PARENT_HEADER`. A parent restarted after that commit finds the
+start stored and does not start anything again; a message lost after it is sent again by the
+dispatcher's stale-run re-send (D8), as the row says the child was sent and never claimed.
+
+Waiting gives the worker back as a durable sleep does (W4): the parent stores ``RunSuspended``
+(reason ``child``). Who wakes it: the child's worker, right after it stores the child's outcome,
+sends the parent's message again (so a parent resumes without beat). A wake-up lost on the way is
+covered by the parent's row, which asks the dispatcher to send the parent again one run lease
+later (``durable_run_lease``). After storing its suspension the parent looks at its children
+once more, so a child that ended in between is not missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery_durable.core.children import (
+    CHILD,
+    CHILD_ENDED,
+    CHILD_STARTED,
+    CHILD_WAIT,
+    CHILDREN,
+    FAN_OUT_STARTED,
+    ChildHandle,
+    FanOut,
+    child_error,
+    child_position,
+    child_run_id,
+    outcome_from_json,
+    outcome_json,
+)
+from celery_durable.core.codec import check_json_value
+from celery_durable.core.ids import run_stream
+from celery_durable.core.journal import NewEvent
+from celery_durable.core.outcomes import Outcome
+from celery_durable.core.run_aggregate import (
+    FORMAT,
+    RUN_CANCEL_REQUESTED,
+    STEP_COMPLETED,
+    RunState,
+    fold,
+    parked_outcome,
+)
+from celery_durable.errors import DurableError, StepFailed
+from celery_durable.message import PARENT_HEADER, Resend
+from celery_durable.store.conflicts import retry_on_conflict
+from celery_durable.store.journal.sql import Transaction, journal_errors
+from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED, RunStore
+from celery_durable.worker.context import Changed, RunContext, Suspend, current_run
+from celery_durable.worker.steps import cancelled, step_failed
+
+if TYPE_CHECKING:
+    from celery_durable.runtime import Runtime
+
+log = logging.getLogger("celery_durable.runs")
+
+ENDED_STATUSES = frozenset((FINISHED, FAULTED, CANCELLED, PARKED))
+
+__all__ = [
+    "ChildHandle",
+    "child_states",
+    "map_children",
+    "start_child",
+    "wait_child",
+    "wake_parent",
+]
+
+
+# -- checks (before anything is stored) ----------------------------------------------------
+
+
+def _parent_run(what: str) -> RunContext:
+    run = current_run()
+    if run is None or run.in_step:
+        raise DurableError(
+            f"{what}() can only be called inside a durable task's body (not outside a durable "
+            "run, and not inside a step)"
+        )
+    if run.inline_waits:
+        # A branch cannot give the worker back while it waits (W9), and waiting for a child
+        # is exactly that: refused, as a long durable sleep in a branch is.
+        raise DurableError(
+            f"{what}() cannot be called inside a parallel branch of run {run.run_id!r}: "
+            "start children from the body itself (map_children fans out across workers)"
+        )
+    return run
+
+
+def _durable_task(runtime: Runtime, task: Any, what: str) -> str:
+    """The name of ``task``, checked to be a registered durable task of this app."""
+    name = runtime.task_name(task)
+    runtime.require_task(name)  # UnknownTask (A7)
+    if not runtime.is_durable(name):
+        raise TypeError(
+            f"{what}() needs a durable task (made with @durable.task); {name!r} is a plain "
+            "Celery task"
+        )
+    return name
+
+
+def _check_input(runtime: Runtime, args: Any, kwargs: Any, what: str) -> None:
+    limit = runtime.config.max_input_bytes
+    check_json_value(list(args), f"the arguments of {what}", max_bytes=limit, error=DurableError)
+    check_json_value(dict(kwargs), f"the keyword arguments of {what}", error=DurableError)
+
+
+# -- starting --------------------------------------------------------------------------------
+
+
+def _resend(run: RunContext, child: str, task: str, args: Any, kwargs: Any) -> Resend:
+    return Resend(
+        run_id=child,
+        task=task,
+        args=list(args),
+        kwargs=dict(kwargs),
+        headers={PARENT_HEADER: run.run_id},
+    )
+
+
+def _store_starts(run: RunContext, events: list[NewEvent], sends: list[Resend]) -> None:
+    """Append ``events`` with the children's rows in one transaction, then send them."""
+    runtime = run.runtime
+    lease = runtime.config.run_lease
+
+    def rows(conn: Transaction) -> None:
+        RunStore.record_sent_in(conn, sends, now=run.now(), lease=lease)
+
+    run.append(events, also=rows if sends else None)
+    _send(runtime, sends)
+
+
+def _send(runtime: Runtime, sends: list[Resend]) -> None:
+    if not sends:
+        return
+    try:
+        with runtime.app.producer_or_acquire() as producer:
+            for resend in sends:
+                resend.send(runtime.app, producer=producer)
+    except Exception as exc:
+        # The rows say these children were sent: the stale-run re-send (D8) sends them.
+        log.warning(
+            "could not send %d child run(s) (%s: %s); the dispatcher sends them again",
+            len(sends), type(exc).__name__, exc,
+        )  # fmt: skip
+
+
+def start_child(
+    runtime: Runtime, task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> ChildHandle:
+    """Start ``task(*args, **kwargs)`` as a child run; return its handle once the start is
+    stored (W10). Replay returns the same handle without starting anything."""
+    run = _parent_run("start_child")
+    name = _durable_task(runtime, task, "start_child")
+    _check_input(runtime, args, kwargs, f"child task {name!r}")
+    position, record = run.reach(name, CHILD)
+    assert isinstance(position, int)  # never in a branch (_parent_run)
+    rid = child_run_id(run.run_id, position)
+    if record is not None:
+        return ChildHandle(rid)
+    if run.state.cancel_pending:
+        raise cancelled(run, position, name, CHILD)
+    started = run.event(CHILD_STARTED, position, name=name, kind=CHILD, child=rid)
+    _store_starts(run, [started], [_resend(run, rid, name, args, kwargs)])
+    return ChildHandle(rid)
+
+
+def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
+    """The result of a child started by this run, waiting for it durably (W10).
+
+    A faulted child raises ``StepFailed`` (kind ``child``, the child's error inside); a
+    cancelled one ``StepFailed`` (kind ``cancelled``). A cancel of the waiting parent cancels
+    the child (W12).
+    """
+    run = _parent_run("wait_child")
+    if not isinstance(handle, ChildHandle):
+        raise TypeError(f"wait_child() takes a ChildHandle, not {type(handle).__name__}")
+    position = child_position(run.run_id, handle.run_id)
+    record = None if position is None else run.state.positions.get(position)
+    if position is None or record is None or record.kind != CHILD:
+        raise DurableError(
+            f"run {handle.run_id!r} is not a child started by run {run.run_id!r} (W10)"
+        )
+    while True:
+        if record.status == "completed":
+            return record.result
+        if record.status == "failed":
+            raise step_failed(run.run_id, position, record.name, record.error or {}, 0)
+        if run.state.cancel_pending:
+            cancel_children(runtime, [handle.run_id])
+            raise cancelled(run, position, record.name, CHILD)
+        found = _outcomes(runtime, [handle.run_id], statuses=False)
+        if found:
+            data = outcome_json(found[handle.run_id])
+            try:
+                run.append(
+                    [
+                        run.event(
+                            CHILD_ENDED, position, name=record.name, kind=CHILD,
+                            child=handle.run_id, outcome=data,
+                        )
+                    ]
+                )  # fmt: skip
+            except Changed:  # pragma: no cover - append without abort_if never raises it
+                continue
+            continue
+        _suspend(run, [handle.run_id])
+
+
+def child(runtime: Runtime, task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Start ``task`` as a child run and return its result (W10)."""
+    return wait_child(runtime, start_child(runtime, task, args, kwargs))
+
+
+def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: int) -> list[Any]:
+    """One child run of ``task`` per input (``task(input)``), at most ``at_most`` started and
+    not ended at a time; the results in input order (W11)."""
+    if isinstance(at_most, bool) or not isinstance(at_most, int):
+        raise TypeError(f"at_most must be an int, not {type(at_most).__name__}")
+    if at_most < 1:
+        raise ValueError(f"at_most must be at least 1, not {at_most}")
+    run = _parent_run("map_children")
+    name = _durable_task(runtime, task, "map_children")
+    if isinstance(inputs, str | bytes):
+        raise TypeError("map_children() takes an iterable of inputs, not a single str")
+    items = list(inputs)
+    for i, item in enumerate(items):
+        _check_input(runtime, (item,), {}, f"input {i} of map_children({name!r})")
+    position, record = run.reach(name, CHILDREN)
+    if record is None:
+        if run.state.cancel_pending:
+            raise cancelled(run, position, name, CHILDREN)
+        if not items:
+            run.append([run.event(STEP_COMPLETED, position, name=name, kind=CHILDREN, result=[])])
+            return []
+        run.append(
+            [
+                run.event(
+                    FAN_OUT_STARTED, position, name=name, kind=CHILDREN,
+                    total=len(items), at_most=at_most,
+                )
+            ]
+        )  # fmt: skip
+        record = run.state.positions[position]
+    while True:
+        if record.status == "completed":
+            return list(record.result)
+        if record.status == "failed":
+            raise step_failed(run.run_id, position, name, record.error or {}, 0)
+        fan = record.fanout
+        if fan is None or fan.total != len(items):
+            raise DurableError(
+                f"map_children({name!r}) at position {position} of run {run.run_id!r} was "
+                f"started with {fan.total if fan else 0} inputs; the body now gives {len(items)}"
+            )
+        assert isinstance(position, int)  # never in a branch (_parent_run)
+        if _fan_out_once(run, position, name, fan, items):
+            return [outcome_from_json(fan.ended[i]).value for i in range(fan.total)]  # type: ignore[union-attr]
+
+
+def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items: list[Any]) -> bool:
+    """Record the children that ended, start the next ones; ``True`` once all finished.
+    Raises ``StepFailed`` for a failed child or a cancel, ``Suspend`` to wait."""
+    runtime = run.runtime
+    flying = fan.in_flight()
+    if run.state.cancel_pending:
+        cancel_children(runtime, [rid for _, rid in flying])
+        raise cancelled(run, position, name, CHILDREN)
+    found = _outcomes(runtime, [rid for _, rid in flying]) if flying else {}
+    events: list[NewEvent] = []
+    failed: tuple[str, dict[str, Any]] | None = None
+    for index, rid in flying:
+        outcome = found.get(rid)
+        if outcome is None:
+            continue
+        data = outcome_json(outcome)
+        events.append(
+            run.event(
+                CHILD_ENDED, position, name=name, kind=CHILDREN, child=rid, index=index,
+                outcome=data,
+            )
+        )  # fmt: skip
+        if failed is None and data["state"] != "finished":
+            failed = (rid, data)
+    if failed is not None:
+        run.append(events)
+        rid, data = failed
+        # No more children start; the ones still running are no longer waited for.
+        cancel_children(runtime, [r for _, r in fan.in_flight()])
+        error = child_error(rid, data)
+        raise _failed(run, position, name, rid, error)
+    sends: list[Resend] = []
+    ended_after = len(fan.ended) + len(events)
+    room = fan.at_most - (len(fan.started) - ended_after)
+    first = len(fan.started)
+    for index in range(first, min(fan.total, first + max(0, room))):
+        rid = child_run_id(run.run_id, position, index)
+        events.append(
+            run.event(CHILD_STARTED, position, name=name, kind=CHILDREN, child=rid, index=index)
+        )
+        sends.append(_resend(run, rid, name, (items[index],), {}))
+    if events:
+        _store_starts(run, events, sends)
+    if fan.done():
+        return True
+    if not events:
+        _suspend(run, [rid for _, rid in fan.in_flight()])
+    return False
+
+
+def _failed(
+    run: RunContext, position: int, name: str, child: str, error: dict[str, Any]
+) -> StepFailed:
+    run.append(
+        [
+            run.event(
+                "StepFailed", position, name=name, kind=CHILDREN, attempts=0, child=child, **error
+            )
+        ]
+    )
+    return step_failed(run.run_id, position, name, error, 0)
+
+
+# -- waiting ---------------------------------------------------------------------------------
+
+
+def _suspend(run: RunContext, children: list[str]) -> None:
+    """Give the worker back until a child ends; raises ``Suspend`` (or ``StepFailed`` when a
+    cancel request arrived meanwhile, by returning so that the caller looks again)."""
+    runtime = run.runtime
+    safety = run.now() + timedelta(seconds=runtime.config.run_lease)
+    try:
+        suspend = run.suspend(None, CHILD_WAIT, wake_at=safety)
+    except Changed:
+        return  # a cancel request arrived: the caller sees it
+    # A child that ended between our look and the suspension sent its wake-up while we still
+    # held the claim (that delivery did nothing): come back at once.
+    if _outcomes(runtime, children):
+        raise Suspend(run.now())
+    raise suspend
+
+
+def _outcomes(
+    runtime: Runtime, children: list[str], *, statuses: bool = True
+) -> dict[str, Outcome]:
+    """The outcomes of those of ``children`` that ended (the run table says which, in one
+    query; only their streams are read)."""
+    if statuses:
+        rows = runtime.runs.statuses(children)
+        ended = [rid for rid in children if rows.get(rid) in ENDED_STATUSES]
+    else:
+        ended = list(children)
+    found: dict[str, Outcome] = {}
+    for rid in ended:
+        state = _read(runtime, rid)
+        outcome = state.outcome if state.outcome is not None else parked_outcome(state)
+        if outcome is not None:
+            found[rid] = outcome
+    return found
+
+
+def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunState:
+    with journal_errors():
+        events = runtime.journal.read_stream(
+            run_stream(run_id), 0 if state is None else state.version
+        )
+    return fold(events, state)
+
+
+# -- ends and cancellation ---------------------------------------------------------------------
+
+
+def wake_parent(run: RunContext) -> None:
+    """Called by a child's worker once the child's outcome is stored: send the parent again
+    when it is waiting (a lost wake-up is covered by the parent's row, see the module doc)."""
+    parent = run.state.parent
+    if not parent:
+        return
+    runtime = run.runtime
+    try:
+        row = runtime.runs.row(parent)
+        if row is None or row.get("status") != SUSPENDED:
+            return
+        resend = runtime.runs.resend_of(parent)
+        if resend is not None:
+            resend.send(runtime.app)
+    except Exception as exc:
+        log.warning(
+            "run %r: could not wake its parent %r (%s: %s); the dispatcher will",
+            run.run_id, parent, type(exc).__name__, exc,
+        )  # fmt: skip
+
+
+def cancel_children(runtime: Runtime, children: list[str]) -> None:
+    """Ask each child to stop (W12), also one whose start is stored but not yet run: it then
+    ends cancelled without running its body. A suspended child is sent again to see it."""
+    for rid in children:
+        state = RunState()
+        stream = run_stream(rid)
+
+        def attempt(state: RunState = state, stream: str = stream) -> bool:
+            if state.ended or state.cancel_requested:
+                return False
+            runtime.journal.append(
+                stream, state.version, [NewEvent(type=RUN_CANCEL_REQUESTED, data={"v": FORMAT})]
+            )
+            return True
+
+        def reread(state: RunState = state, rid: str = rid) -> None:
+            _read(runtime, rid, state)
+
+        _read(runtime, rid, state)
+        try:
+            stored = retry_on_conflict(attempt, reread=reread, what=f"run {rid!r}")
+        except Exception as exc:
+            log.warning("could not cancel child run %r: %s: %s", rid, type(exc).__name__, exc)
+            continue
+        if stored and state.suspended and state.message and state.message.get("task"):
+            Resend.from_json(rid, state.message["task"], state.message).send(runtime.app)
+
+
+def child_states(runtime: Runtime, run_id: str) -> list[tuple[str, str]]:
+    """``(run ID, state)`` of every child the run started, in start order (W13). The state is
+    the child's row status (``queued``, ``running``, ``suspended``, ``finished`` …)."""
+    state = _read(runtime, run_id)
+    if not state.started:
+        raise LookupError(f"no durable run {run_id!r} has started")
+    ids: list[str] = []
+    for _pos, record in sorted(state.positions.items()):
+        if record.child is not None:
+            ids.append(record.child)
+        elif record.fanout is not None:
+            ids.extend(rid for _, rid in sorted(record.fanout.started.items()))
+    rows = runtime.runs.statuses(ids)
+    return [(rid, rows.get(rid, "queued")) for rid in ids]

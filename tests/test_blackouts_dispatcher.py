@@ -1,0 +1,164 @@
+"""Blackout windows through the API and the real dispatcher (SPEC P4).
+
+A fake clock, a real SQLite journal and a real Redis broker, as in ``test_dispatcher.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_durable import Blackout, Durable, Every, InvalidSchedule, OnBlackout
+from celery_durable.core.schedule_events import RunDecided, RunSkipped, RunStarted
+from tests import test_dispatcher as base
+from tests.support.clock import T0, FakeClock
+from tests.test_dispatcher import Broker
+
+S = timedelta(seconds=1)
+app = base.app
+broker = base.broker
+
+
+@pytest.fixture
+def durable(app: Celery, sqlite_url: str, clock: FakeClock) -> Iterator[Durable]:
+    d = Durable(app, sqlite_url, clock=clock)
+    yield d
+    d.close()
+
+
+def test_bad_blackout_options_store_nothing(durable: Durable) -> None:
+    with pytest.raises(InvalidSchedule, match="on_blackout must be"):
+        durable.schedules.create("b", "backup", "/srv", Every(60 * S), on_blackout="later")
+    with pytest.raises(InvalidSchedule, match="list of Blackout"):
+        durable.schedules.create("b", "backup", "/srv", Every(60 * S), blackouts="nightly")
+    with pytest.raises(InvalidSchedule, match="must hold Blackout"):
+        durable.blackouts.set([{"name": "x"}])  # type: ignore[list-item]
+    assert durable.journal.head() == 0
+
+
+def test_state_shows_the_windows_and_the_next_run_that_really_happens(durable: Durable) -> None:
+    freeze = Blackout.between("freeze", T0 + 30 * S, T0 + 150 * S)
+    durable.schedules.create("b", "backup", "/srv", Every(60 * S), blackouts=[freeze])
+    view = durable.schedules.state("b")
+    assert view is not None
+    assert (view.blackouts, view.on_blackout) == ((freeze,), OnBlackout.SKIP)
+    assert (view.next_due, view.next_run) == (T0 + 60 * S, T0 + 180 * S)
+    durable.schedules.change(
+        "b", "backup", "/srv", Every(60 * S), blackouts=[freeze], on_blackout="defer"
+    )
+    view = durable.schedules.state("b")
+    assert view is not None and view.next_run == T0 + 150 * S
+    durable.blackouts.set([Blackout.between("global", T0 + 150 * S, T0 + 200 * S)])
+    [listed] = durable.schedules.list()
+    assert listed.next_run == T0 + 200 * S  # one blackout of both windows
+
+
+def test_a_global_window_set_at_run_time_is_honoured_within_a_second(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
+    durable.schedules.create("b", "backup", "/srv", Every(10 * S))
+    d = durable.dispatcher()
+    d.tick()
+    assert durable.blackouts.set([Blackout.between("deploy", T0 + 15 * S, T0 + 35 * S)], by="ops")
+    assert not durable.blackouts.set([Blackout.between("deploy", T0 + 15 * S, T0 + 35 * S)])
+    for seconds in range(1, 41):
+        clock.set(T0 + seconds * S)
+        d.tick()
+    events = durable._store.events("b")
+    assert [e.due - T0 for e in events if isinstance(e, RunStarted)] == [10 * S, 40 * S]
+    assert [(e.due - T0, e.reason) for e in events if isinstance(e, RunSkipped)] == [
+        (20 * S, "blackout deploy"),
+        (30 * S, "blackout deploy"),
+    ]
+    assert len(broker.ids()) == 2
+    assert durable.blackouts.clear()
+    assert durable.blackouts.get() == ()
+    clock.set(T0 + 50 * S)
+    d.tick()
+    assert len(broker.ids()) == 1
+    d.close()
+
+
+def test_defer_sends_one_run_when_the_window_ends(
+    durable: Durable, clock: FakeClock, broker: Broker
+) -> None:
+    window = Blackout.between("maintenance", T0 + 5 * S, T0 + 35 * S)
+    durable.schedules.create(
+        "b", "backup", "/srv", Every(10 * S), blackouts=[window], on_blackout="defer"
+    )
+    d = durable.dispatcher()
+    sent: dict[int, list[str]] = {}
+    for seconds in range(0, 38):
+        clock.set(T0 + seconds * S)
+        d.tick()
+        ids = broker.ids()
+        if ids:
+            sent[seconds] = ids
+    assert sent == {35: ["b@2026-11-02T12:00:10.0000000Z"]}
+    [decided] = [e for e in durable._store.events("b") if isinstance(e, RunDecided)]
+    assert (decided.send_at, decided.blackout) == (T0 + 35 * S, "maintenance")
+    d.close()
+
+
+def test_a_v1_journal_reads_as_having_no_windows(tmp_path: Path) -> None:
+    """§9: schedules and runs written before P4 read as no windows, no deferred runs."""
+    from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
+    from tests.test_upgrade import copy_of
+
+    copy = copy_of(FIXTURE, tmp_path)
+    durable, _ = build(f"sqlite:///{copy}", Clock(BASE + timedelta(minutes=66)))
+    try:
+        views = durable.schedules.list(include_deleted=True)
+        assert views and {(v.blackouts, v.on_blackout) for v in views} == {((), OnBlackout.SKIP)}
+        assert all(v.next_run == v.next_due for v in views)
+        assert durable.blackouts.get() == ()
+    finally:
+        durable.close()
+
+
+def _start_beat(url: str, windows: object) -> None:
+    """Start and stop a beat scheduler of a fresh app with this ``durable_blackouts``."""
+    from celery_durable.beat import DurableScheduler
+
+    beat_app = Celery("beat", broker="memory://", set_as_current=False)
+    beat_app.conf.update(durable_url=url, durable_blackouts=windows)
+    DurableScheduler(beat_app, lazy=False).close()
+
+
+def test_durable_blackouts_is_brought_into_the_journal_when_beat_starts(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """The setting is the start-up value: set, it replaces the journal's list (once: the
+    same list again stores nothing); unset, the journal's list is left alone."""
+    freeze = Blackout.between("freeze", T0, T0 + 60 * S)
+    reader = Durable(Celery("reader", set_as_current=False), sqlite_url, clock=clock)
+    try:
+        reader.blackouts.set([Blackout.between("old", T0, T0 + S)])
+        _start_beat(sqlite_url, [freeze])
+        _start_beat(sqlite_url, [freeze])
+        assert reader.blackouts.get() == (freeze,)
+        assert len(reader.journal.read_stream("settings/blackouts")) == 2  # old, then freeze
+        reader.blackouts.clear()
+        _start_beat(sqlite_url, None)
+        assert reader.blackouts.get() == ()
+        assert len(reader.journal.read_stream("settings/blackouts")) == 3
+    finally:
+        reader.close()
+
+
+def test_beat_refuses_a_durable_blackouts_setting_that_is_not_a_list_of_windows(
+    app: Celery, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from celery_durable.beat import DurableScheduler
+
+    app.conf.durable_url = sqlite_url
+    app.conf.durable_blackouts = ["nightly;cron 0 2 * * *;2h"]
+    with pytest.raises(SystemExit) as stopped:
+        DurableScheduler(app, lazy=False)
+    assert stopped.value.code == 1
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "cannot start: durable_blackouts must hold Blackout windows, not str" in line

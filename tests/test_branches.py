@@ -1,0 +1,442 @@
+"""Parallel branches (W9) and ``patched`` markers (W14) in-process on a real journal.
+
+Deliveries run through Celery's ``task.apply()`` as in tests/test_durable_tasks.py; a "crash"
+is a ``BaseException`` raised inside a branch's step, which stores nothing for that step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from celery import group
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from celery_durable import Cancelled, StepFailed, gather, parallel, patched, race
+from celery_durable.core.ids import run_stream
+from celery_durable.core.run_aggregate import fold, position_order
+from celery_durable.errors import DurableError
+from celery_durable.worker.context import step_context
+from celery_durable.worker.primitives import sleep, wait_signal
+from tests import test_durable_tasks as durable_tasks
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Crash(BaseException):
+    """A worker dying inside a branch: nothing is stored for the step."""
+
+
+class Env(durable_tasks.Env):
+    def positions(self, run_id: str) -> dict[Any, Any]:
+        state = fold(self.durable.journal.read_stream(run_stream(run_id)))
+        return {
+            p: (r.name, r.kind, r.status, r.result)
+            for p, r in sorted(state.positions.items(), key=lambda i: position_order(i[0]))
+        }
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def env(request: pytest.FixtureRequest) -> Any:
+    url = request.getfixturevalue({"sqlite": "sqlite_url", "postgres": "pg_url"}[request.param])
+    e = Env(url)
+    yield e
+    e.durable.close()
+
+
+def new_id() -> str:
+    return f"run-{uuid.uuid4()}"
+
+
+def test_branches_get_dotted_positions_and_replay_without_running(env: Env) -> None:
+    calls: list[str] = []
+
+    @env.durable.step
+    def fetch(name: str) -> str:
+        calls.append(name)
+        ctx = step_context()
+        return f"{name}@{ctx.position}:{ctx.idempotency_key.rsplit('/', 1)[1]}"
+
+    crash = {"on": "b2"}
+
+    @env.durable.step
+    def maybe_crash(name: str) -> str:
+        calls.append(name)
+        if crash["on"] == name:
+            raise Crash()
+        return name
+
+    @env.durable.task(name="t.branches")
+    def body() -> Any:
+        first = fetch("head")
+        both = parallel(
+            lambda: [fetch("a1"), fetch("a2")],
+            lambda: [fetch("b1"), maybe_crash("b2")],
+        )
+        return [first, both, fetch("tail")]
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    assert set(calls) == {"head", "a1", "a2", "b1", "b2"}
+    env.after_crash()
+    crash["on"] = ""
+    calls.clear()
+    result = env.run(body, run_id=rid)
+    assert calls == ["b2", "tail"], "only the step without a stored result runs again"
+    assert result == [
+        "head@0:0",
+        [["a1@1.0.0:1.0.0", "a2@1.0.1:1.0.1"], ["b1@1.1.0:1.1.0", "b2"]],
+        "tail@2:2",
+    ]
+    assert list(env.positions(rid)) == [0, "1.0.0", "1.0.1", "1.1.0", "1.1.1", 2]
+
+
+def test_a_failing_branch_stops_the_others_and_is_raised(env: Env) -> None:
+    started: list[str] = []
+    release = threading.Event()
+
+    @env.durable.step
+    def slow(name: str) -> str:
+        started.append(name)
+        release.wait(10)
+        return name
+
+    @env.durable.step
+    def boom() -> None:
+        started.append("boom")
+        release.set()
+        raise ValueError("branch 1 broke")
+
+    @env.durable.task(name="t.fail")
+    def body() -> Any:
+        return parallel(lambda: [slow("a1"), slow("a2")], boom)
+
+    rid = new_id()
+    with pytest.raises(StepFailed, match="branch 1 broke"):
+        env.run(body, run_id=rid)
+    assert started.count("a2") == 0, "no new step starts once a branch failed"
+    stored = env.positions(rid)
+    assert stored["0.0.0"][2] == "completed", "the step in flight is stored"
+    assert "0.0.1" not in stored
+    assert env.durable.outcome(rid, 1).error_type == "celery_durable.errors.StepFailed"  # type: ignore[union-attr]
+
+
+def test_race_stores_its_winner_and_replay_returns_it(env: Env) -> None:
+    fast = {"branch": 0}
+    gates = [threading.Event(), threading.Event()]
+    ran: list[int] = []
+
+    @env.durable.step
+    def work(i: int) -> str:
+        ran.append(i)
+        if fast["branch"] != i:
+            gates[i].wait(5)
+        return f"branch {i}"
+
+    @env.durable.step
+    def after(value: str) -> str:
+        if fast["branch"] == 0:
+            raise Crash()  # the first delivery dies after the race
+        return value
+
+    @env.durable.task(name="t.race")
+    def body() -> Any:
+        return after(race(lambda: work(0), lambda: work(1)))
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    gates[1].set()
+    assert env.positions(rid)[0] == ("race", "race", "completed", {"winner": 0})
+    # On replay branch 1 would win at once, but the stored winner is branch 0.
+    fast["branch"] = 1
+    env.after_crash()
+    ran.clear()
+    assert env.run(body, run_id=rid) == "branch 0"
+    assert ran == [], "the winner's step replays; the losers do not run"
+
+
+def test_gather_keeps_item_order_and_its_bound(env: Env) -> None:
+    lock = threading.Lock()
+    live = {"now": 0, "max": 0}
+
+    @env.durable.step
+    def square(x: int) -> int:
+        with lock:
+            live["now"] += 1
+            live["max"] = max(live["max"], live["now"])
+        time.sleep(0.02 * (5 - x % 5))
+        with lock:
+            live["now"] -= 1
+        return x * x
+
+    @env.durable.task(name="t.gather")
+    def body() -> Any:
+        return gather(square, range(10), at_most=3)
+
+    rid = new_id()
+    assert env.run(body, run_id=rid) == [x * x for x in range(10)]
+    assert live["max"] == 3
+    assert [p for p in env.positions(rid)] == [f"0.{i}.0" for i in range(10)]
+
+
+def test_bad_input_is_refused_before_anything_is_stored(env: Env) -> None:
+    seen: list[str] = []
+
+    @env.durable.task(name="t.bad")
+    def body(which: str) -> Any:
+        seen.append(which)
+        if which == "branch":
+            return parallel(lambda: 1, 2)  # type: ignore[arg-type]
+        if which == "race":
+            return race("x")  # type: ignore[arg-type]
+        if which == "zero":
+            return gather(str, [1], at_most=0)
+        if which == "float":
+            return gather(str, [1], at_most=2.0)  # type: ignore[arg-type]
+        return gather(3, [1])  # type: ignore[arg-type]
+
+    cases = {
+        "branch": (TypeError, "parallel: branch 1 must be a callable"),
+        "race": (TypeError, "race: branch 0 must be a callable"),
+        "zero": (ValueError, "at_most must be at least 1, not 0"),
+        "float": (TypeError, "at_most must be an int, not float"),
+        "fn": (TypeError, "gather: fn must be callable, not int"),
+    }
+    for which, (error, message) in cases.items():
+        with pytest.raises(error, match=message):
+            body.run(which)  # outside a run: the same checks
+        rid = new_id()
+        with pytest.raises(error, match=message):
+            env.run(body, which, run_id=rid)
+        assert env.positions(rid) == {}, "no position is stored for refused input"
+
+
+def test_durable_sleep_and_signal_waits_are_refused_inside_a_branch(env: Env) -> None:
+    @env.durable.task(name="t.refuse")
+    def body(which: str) -> Any:
+        if which == "sleep":
+            return parallel(lambda: sleep(30), lambda: 1)
+        return parallel(lambda: 1, lambda: wait_signal("go"))
+
+    rid = new_id()
+    with pytest.raises(DurableError, match=r"position 0\.0\.0 .*cannot do on its own"):
+        env.run(body, "sleep", run_id=rid)
+    assert "0.0.0" not in env.positions(rid), "the sleep's wake time is not stored"
+    with pytest.raises(DurableError, match=r"wait_signal\('go'\) at position 0\.1\.0"):
+        env.run(body, "signal", run_id=new_id())
+
+
+def test_outside_a_run_they_are_plain_concurrent_calls() -> None:
+    barrier = threading.Barrier(3, timeout=5)
+
+    def meet(x: int) -> int:
+        barrier.wait()  # only passes if the three run at the same time
+        return x
+
+    assert parallel(lambda: meet(1), lambda: meet(2), lambda: meet(3)) == [1, 2, 3]
+    assert gather(meet, [4, 5, 6], at_most=3) == [4, 5, 6]
+    assert race(lambda: (time.sleep(0.5), "slow")[1], lambda: "fast") == "fast"
+    assert patched("anything") is True
+
+
+def test_patched_takes_the_old_branch_on_an_old_journal(env: Env) -> None:
+    version = {"new": False}
+    calls: list[str] = []
+
+    @env.durable.step
+    def old_step() -> str:
+        calls.append("old")
+        return "old"
+
+    @env.durable.step
+    def new_step() -> str:
+        calls.append("new")
+        return "new"
+
+    @env.durable.step
+    def last() -> str:
+        if not version["new"]:
+            raise Crash()
+        return "last"
+
+    @env.durable.task(name="t.patch")
+    def body() -> Any:
+        first = new_step() if version["new"] and patched("use-new-step") else old_step()
+        return [first, last()]
+
+    old_run = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=old_run)  # started by the old code, stopped mid-way
+    version["new"] = True
+    env.after_crash()
+    assert env.run(body, run_id=old_run) == ["old", "last"]
+    assert list(env.positions(old_run)) == [0, 1], "positions did not move"
+    new_run = new_id()
+    assert env.run(body, run_id=new_run) == ["new", "last"]
+    assert env.positions(new_run)[0] == ("use-new-step", "patch", "completed", True)
+    assert list(env.positions(new_run)) == [0, 1, 2]
+    calls.clear()
+    assert env.run(body, run_id=new_run) == ["new", "last"]
+    assert calls == []
+
+
+class Turns:
+    """Lets steps complete in a given order: a step waits for its turn, which moves on once
+    the previous step's result is stored (the runtime's "stored" hook)."""
+
+    def __init__(self, order: list[tuple[int, int]], crash_at: int | None) -> None:
+        self.order = order
+        self.crash_at = crash_at
+        self.turn = 0
+        self.crashed = False
+        self.cond = threading.Condition()
+
+    def wait(self, key: tuple[int, int]) -> None:
+        with self.cond:
+            while True:
+                if self.crashed:
+                    raise Crash()
+                if self.turn >= len(self.order) or self.order[self.turn] == key:
+                    break
+                self.cond.wait(5)
+            if self.turn == self.crash_at:
+                self.crashed = True
+                self.cond.notify_all()
+                raise Crash()
+
+    def stored(self, _moment: str, _run: str, _position: Any, _name: str) -> None:
+        if _moment == "stored":
+            with self.cond:
+                self.turn += 1
+                self.cond.notify_all()
+
+
+@st.composite
+def interleavings(draw: Any) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Branch lengths, a completion order for a first delivery, and one for the second."""
+    shape = draw(st.lists(st.integers(1, 3), min_size=2, max_size=4))
+
+    def order() -> list[tuple[int, int]]:
+        left = {b: 0 for b in range(len(shape))}
+        found = []
+        while left:
+            b = draw(st.sampled_from(sorted(left)))
+            found.append((b, left[b]))
+            left[b] += 1
+            if left[b] == shape[b]:
+                del left[b]
+        return found
+
+    return shape, order(), order()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=interleavings(), crash=st.integers(0, 11))
+def test_any_interleaving_replays_to_the_same_results_and_positions(
+    sqlite_env: Env, case: Any, crash: int
+) -> None:
+    shape, first, second = case
+    env = sqlite_env
+    turns = {"now": Turns(first, crash % len(first))}
+    hook = lambda *a: turns["now"].stored(*a)  # noqa: E731
+    env.durable.runtime.step_hooks.append(hook)
+    try:
+        check_interleaving(env, turns, shape, second)
+    finally:
+        env.durable.runtime.step_hooks.remove(hook)
+
+
+def check_interleaving(
+    env: Env, turns: dict[str, Turns], shape: list[int], second: list[tuple[int, int]]
+) -> None:
+    ran: list[tuple[int, int]] = []
+
+    @env.durable.step(name="leg")
+    def leg(b: int, s: int) -> str:
+        turns["now"].wait((b, s))
+        ran.append((b, s))
+        return f"{b}/{s}"
+
+    @env.durable.task(name=f"t.prop{uuid.uuid4().hex[:6]}")
+    def body(lengths: list[int]) -> Any:
+        return parallel(
+            *[(lambda b=b, n=n: [leg(b, s) for s in range(n)]) for b, n in enumerate(lengths)]
+        )
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, shape, run_id=rid)
+    before = set(env.positions(rid))
+    assert before == {f"0.{b}.{s}" for b, s in ran}, "exactly the steps that returned are stored"
+    done = set(ran)
+    env.after_crash()
+    turns["now"] = Turns([k for k in second if k not in done], None)
+    ran.clear()
+    expected = [[f"{b}/{s}" for s in range(n)] for b, n in enumerate(shape)]
+    assert env.run(body, shape, run_id=rid) == expected
+    assert not done & set(ran), "a stored step ran again"
+    stored = env.positions(rid)
+    assert set(stored) == {f"0.{b}.{s}" for b, n in enumerate(shape) for s in range(n)}
+    assert before <= set(stored)
+    assert all(stored[f"0.{b}.{s}"][3] == f"{b}/{s}" for b, n in enumerate(shape) for s in range(n))
+
+
+@pytest.fixture(scope="module")
+def sqlite_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    e = Env(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'journal.db'}")
+    yield e
+    e.durable.close()
+
+
+def test_parallel_returns_what_a_celery_group_of_the_same_functions_returns(env: Env) -> None:
+    """Celery's own ``group`` (run eagerly, in order) is the oracle for results and order."""
+
+    def work(x: int) -> dict[str, int]:
+        return {"x": x, "square": x * x}
+
+    task = env.app.task(name="t.plain_work")(work)
+    step = env.durable.step(name="work")(work)
+    inputs = [3, 1, 4, 1, 5]
+
+    @env.durable.task(name="t.oracle")
+    def body(xs: list[int]) -> Any:
+        return [parallel(*[(lambda x=x: step(x)) for x in xs]), gather(step, xs, at_most=2)]
+
+    expected = group(task.s(x) for x in inputs).apply().get()
+    rid = new_id()
+    assert env.run(body, inputs, run_id=rid) == [expected, expected]
+    assert env.run(body, inputs, run_id=rid) == [expected, expected]
+
+
+def test_a_cancel_reaches_the_branches_at_their_next_step(env: Env) -> None:
+    ran: list[str] = []
+
+    @env.durable.step
+    def cancel_me() -> str:
+        ran.append("cancel_me")
+        env.durable.cancel(step_context().run_id)
+        return "asked"
+
+    @env.durable.step
+    def later(name: str) -> str:
+        ran.append(name)
+        return name
+
+    @env.durable.task(name="t.cancel")
+    def body() -> Any:
+        return parallel(lambda: [cancel_me(), later("a")], lambda: later("b"))
+
+    rid = new_id()
+    with pytest.raises(StepFailed) as failed:
+        env.run(body, run_id=rid)
+    assert failed.value.kind == "cancelled"
+    assert "a" not in ran, "the branch that asked for the cancel stops at its next step"
+    assert env.durable.outcome(rid, 1) == Cancelled()
