@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+import celery._state
 import pytest
 
 try:
@@ -344,6 +345,9 @@ def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.M
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # Each page is a project of its own: tasks another page declared with Celery's default
+    # shared=True must not be registered into this page's apps when they are finalized.
+    monkeypatch.setattr(celery._state, "_on_app_finalizers", set(celery._state._on_app_finalizers))
     modules_before = set(sys.modules)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     try:

@@ -178,12 +178,15 @@ def test_a_failed_step_is_an_error_span_and_its_replay_is_marked(
 
 
 def test_untraced_without_a_provider_the_message_carries_no_trace_context(
-    sqlite_url: str,
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from opentelemetry import trace
 
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        pytest.skip("a global tracer provider was set in this process")
+    # as in a process where no provider was ever set (another test may have set one)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
+    monkeypatch.setattr(tracing._STATE, "chosen", None)
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     assert tracing.tracer() is None
     with tracing.sending("s", None, None, {"a": 1}) as headers:  # type: ignore[arg-type]
         assert headers == {"a": 1}

@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery_durable.core.codec import MAX_NESTING
 from celery_durable.errors import InvalidSchedule, SecretUnavailable
 
 SCHEMES = ("env", "setting")
@@ -138,27 +139,31 @@ def encode_secrets(value: Any) -> tuple[Any, bool]:
 
     ``marked`` says whether anything was (the schedule then needs :data:`SECRETS_OPTION`).
     Tuples stay tuples and other values are left as they are, for the JSON checks that follow.
+    Below ``MAX_NESTING`` levels the value is left as it is too: the nesting check that follows
+    refuses it in words, where walking on would exhaust Python's recursion limit.
     """
     marked = False
 
-    def walk(item: Any) -> Any:
+    def walk(item: Any, depth: int) -> Any:
         nonlocal marked
+        if depth > MAX_NESTING:
+            return item
         if isinstance(item, Secret):
             marked = True
             return item.to_json()
         if isinstance(item, dict):
-            out = {k: walk(v) for k, v in item.items()}
+            out = {k: walk(v, depth + 1) for k, v in item.items()}
             if _special(out):
                 marked = True
                 return {LITERAL_KEY: out}
             return out
         if isinstance(item, list):
-            return [walk(v) for v in item]
+            return [walk(v, depth + 1) for v in item]
         if isinstance(item, tuple):
-            return tuple(walk(v) for v in item)
+            return tuple(walk(v, depth + 1) for v in item)
         return item
 
-    return walk(value), marked
+    return walk(value, 0), marked
 
 
 def _decode(value: Any, leaf: Callable[[str], Any]) -> Any:
@@ -205,14 +210,16 @@ def resolve_value(value: Any, lookup: Lookup) -> Any:
     return resolve_secrets(stored, lookup) if marked else value
 
 
-def has_secrets(value: Any) -> bool:
-    """Whether a value (not stored yet) holds a :class:`Secret` anywhere."""
+def has_secrets(value: Any, _depth: int = 0) -> bool:
+    """Whether a value (not stored yet) holds a :class:`Secret` (nested up to ``MAX_NESTING``)."""
     if isinstance(value, Secret):
         return True
+    if _depth > MAX_NESTING:
+        return False
     if isinstance(value, dict):
-        return any(has_secrets(v) for v in value.values())
+        return any(has_secrets(v, _depth + 1) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return any(has_secrets(v) for v in value)
+        return any(has_secrets(v, _depth + 1) for v in value)
     return False
 
 
