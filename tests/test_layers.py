@@ -3,8 +3,9 @@
 * The pure core (``celery_durable.core``), the wire format, the errors, the settings and the
   package itself import without SQLAlchemy, Celery or kombu: proved in a subprocess where
   those packages cannot be imported at all.
-* The import graph (module-level and type-level imports, read from the source with ``ast``)
-  has no cycle, and no module imports one of a higher layer.
+* The import graph (read from the source with ``ast`` by tools/import_graph.py, whose
+  functions these tests use) has no cycle of module-level imports, no module imports one of a
+  higher layer, and only the store imports SQLAlchemy; the script itself says so.
 * The core holds no live state: no module of it keeps a context variable, a thread-local, a
   ``global`` it rebinds, or a module-level container it changes. What a process holds (the
   clock, a beat's schedule objects) is passed in; memos of pure functions use ``lru_cache``.
@@ -16,12 +17,16 @@ import ast
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-PACKAGE = Path(__file__).resolve().parent.parent / "celery_durable"
+from tools.import_graph import (
+    PACKAGE,
+    import_cycles,
+    import_graph,
+    module_names,
+    sql_outside_the_store,
+    sqlalchemy_users,
+    upward_imports,
+)
 
 PURE = [
     "celery_durable",
@@ -30,45 +35,6 @@ PURE = [
     "celery_durable.config",
 ]
 BLOCKED = ("sqlalchemy", "celery", "kombu", "psycopg", "django", "flask", "click")
-
-#: Lower numbers are lower layers; a module may import its own layer and the ones below.
-LAYERS = [
-    ("errors",),
-    ("core",),
-    ("message", "signals", "tracing"),
-    (
-        "store",
-        "config",
-        "beat_objects",
-        "secret_lookup",
-    ),  # config redacts the URL with the store's parser
-    ("runtime",),
-    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health", "blackouts"),
-    (
-        "beat",
-        "beat_import",
-        "importers",
-        "metrics",
-        "durable",
-        "cli",
-        "contrib",
-        "testing",
-        "__init__",
-        "__main__",
-    ),
-]
-
-
-def module_names() -> list[str]:
-    names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        if "migrations" in parts:
-            continue
-        names.append(".".join(parts))
-    return names
 
 
 def core_modules() -> list[str]:
@@ -125,60 +91,6 @@ def test_the_blocker_does_block() -> None:
     assert done.returncode != 0 and "blocked: sqlalchemy" in done.stderr
 
 
-def _imports(tree: ast.Module, name: str, is_package: bool) -> Iterator[tuple[str, bool]]:
-    """``(imported module, at module level or for types)`` for every import of the package."""
-
-    def visit(node: ast.AST, top: bool) -> Iterator[tuple[str, bool]]:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Import):
-                for alias in child.names:
-                    yield alias.name, top
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parent = name.split(".")
-                    parent = parent[: len(parent) - child.level + (1 if is_package else 0)]
-                    base = ".".join([*parent, *([base] if base else [])])
-                for alias in child.names:
-                    yield f"{base}.{alias.name}", top  # a submodule, or a name in ``base``
-                    yield base, top
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                yield from visit(child, False)
-            else:
-                yield from visit(child, top)
-
-    yield from visit(tree, True)
-
-
-def import_graph() -> dict[str, dict[str, bool]]:
-    """Module → {imported module: at module level (incl. ``TYPE_CHECKING``), not in a function}."""
-    names = set(module_names())
-    graph: dict[str, dict[str, bool]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        if is_package:
-            parts.pop()
-        name = ".".join(parts)
-        if name not in names:
-            continue
-        edges: dict[str, bool] = {}
-        for target, top in _imports(ast.parse(path.read_text()), name, is_package):
-            if target in names and target != name:
-                edges[target] = edges.get(target, False) or top
-        graph[name] = edges
-    return graph
-
-
-def layer_of(module: str) -> int:
-    parts = module.split(".")
-    key = parts[1] if len(parts) > 1 else "__init__"
-    for rank, members in enumerate(LAYERS):
-        if key in members:
-            return rank
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS in {__file__}")
-
-
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
     assert graph["celery_durable.dispatch.dispatcher"]["celery_durable.dispatch.state"] is True
@@ -188,12 +100,7 @@ def test_the_graph_sees_imports_of_every_kind() -> None:
 
 
 def test_no_module_imports_a_higher_layer() -> None:
-    wrong = [
-        f"{source} (layer {layer_of(source)}) imports {target} (layer {layer_of(target)})"
-        for source, edges in import_graph().items()
-        for target in edges
-        if layer_of(target) > layer_of(source) and target != "celery_durable"
-    ]
+    wrong = upward_imports(import_graph())
     assert not wrong, "\n".join(wrong)
 
 
@@ -221,30 +128,47 @@ def test_the_cli_imports_no_integration() -> None:
 
 
 def test_module_level_imports_have_no_cycle() -> None:
-    graph = {s: [t for t, top in edges.items() if top] for s, edges in import_graph().items()}
-    # A package's __init__ re-exporting its modules is not a cycle with them.
-    for source in graph:
-        graph[source] = [
-            t for t in graph[source] if not source.startswith(t + ".") and t != "celery_durable"
-        ]
-    state: dict[str, int] = {}
-    stack: list[str] = []
+    cycles = import_cycles(import_graph())
+    assert not cycles, "\n".join("import cycle: " + " -> ".join(c) for c in cycles)
 
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for target in graph.get(node, []):
-            if state.get(target) == 1:
-                cycle = [*stack[stack.index(target) :], target]
-                pytest.fail("import cycle: " + " -> ".join(cycle))
-            if state.get(target) is None:
-                visit(target)
-        stack.pop()
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
+def test_the_rule_checks_can_fail() -> None:
+    """The graph checks see a circle, an upward import and SQL outside the store."""
+    graph = {
+        "celery_durable.core.a": {"celery_durable.core.b": True},
+        "celery_durable.core.b": {"celery_durable.core.a": True, "celery_durable.worker": False},
+        "celery_durable.worker": {"celery_durable.core.a": False},
+    }
+    assert import_cycles(graph) == [
+        ["celery_durable.core.a", "celery_durable.core.b", "celery_durable.core.a"]
+    ]
+    assert upward_imports(graph) == [
+        "celery_durable.core.b (layer 2) imports celery_durable.worker (layer 6)"
+    ]
+    users = [
+        "celery_durable.store.index",
+        "celery_durable.contrib.django.migrations.0001_initial",
+        "celery_durable.storefront",
+        "celery_durable.testing",
+    ]
+    assert sql_outside_the_store(users) == ["celery_durable.storefront", "celery_durable.testing"]
+
+
+def test_the_import_graph_script_passes() -> None:
+    """``python tools/import_graph.py`` (docs/architecture.md) proves the rules and says so."""
+    done = subprocess.run(
+        [sys.executable, "tools/import_graph.py"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        "verdict: ok, "
+        f"{len(import_graph())} modules: no SQLAlchemy outside store/ and the Django migrations, "
+        "no upward import, no import circle"
+    )
 
 
 #: Calls that make a container or per-process state at module level.
@@ -351,36 +275,7 @@ def test_the_live_state_check_sees_each_kind() -> None:
     ]
 
 
-#: Modules outside ``store/`` that still import SQLAlchemy. The store is to be the only place
-#: that speaks SQL to the journal: this set may only shrink.
-SQL_OUTSIDE_STORE = {
-    "celery_durable.contrib.django",  # a journal URL from Django's DATABASES
-    "celery_durable.importers.django_beat",  # reads the peer's tables, not the journal
-    "celery_durable.testing",  # creates the test journal's database
-}
-
-
-def sqlalchemy_users() -> set[str]:
-    """Modules (migrations and the store excluded) that import SQLAlchemy, at any depth."""
-    users = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        if "migrations" in parts or parts[1:2] == ["store"]:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )
-            if any(n.split(".")[0] == "sqlalchemy" for n in names):
-                users.add(".".join(parts))
-    return users
-
-
 def test_only_the_store_speaks_sql() -> None:
-    assert sqlalchemy_users() == SQL_OUTSIDE_STORE
+    """SQLAlchemy is imported only in ``store/`` (and the Django app's migrations)."""
+    assert "celery_durable.store.journal.sql" in sqlalchemy_users()
+    assert sql_outside_the_store(sqlalchemy_users()) == []

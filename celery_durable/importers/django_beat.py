@@ -1,12 +1,13 @@
 """django-celery-beat's ``PeriodicTask`` rows as importer entries (SPEC I1).
 
 Rows are read through Django's ORM inside the project (:func:`rows_from_orm`), or by database
-URL with SQLAlchemy Core (:func:`rows_from_url`: SQLite, PostgreSQL, MySQL/MariaDB), without
-Django. Both give the same column values to :func:`entry_of`, which builds what
-django-celery-beat's ``ModelEntry`` would hold: the schedule object (a Celery ``crontab`` with
-the row's time zone, as its ``TzAwareCrontab``), the args and kwargs decoded by kombu, and the
-options it sends (``queue``, ``exchange``, ``routing_key``, ``priority``, ``expires``, the
-headers with ``periodic_task_name``).
+URL with SQLAlchemy Core and no Django (:func:`rows_from_url`: SQLite, PostgreSQL,
+MySQL/MariaDB; the SQL is :mod:`celery_durable.store.django_beat_tables`). Both give the same
+column values to :func:`entry_of`, which builds what django-celery-beat's ``ModelEntry`` would
+hold: the schedule object (a Celery ``crontab`` with the row's time zone, as its
+``TzAwareCrontab``), the args and kwargs decoded by kombu, and the options it sends (``queue``,
+``exchange``, ``routing_key``, ``priority``, ``expires``, the headers with
+``periodic_task_name``).
 """
 
 from __future__ import annotations
@@ -167,54 +168,18 @@ def rows_from_orm() -> list[dict[str, Any]]:
     return rows
 
 
-_PREFIX = "django_celery_beat_"
-_TABLES = (
-    "periodictask",
-    "intervalschedule",
-    "crontabschedule",
-    "solarschedule",
-    "clockedschedule",
-)
 CRON_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
 
 
 def rows_from_url(url: str) -> list[dict[str, Any]]:
-    """The rows by database URL, with SQLAlchemy Core and no Django.
+    """The rows by database URL, with SQLAlchemy Core and no Django
+    (:func:`~celery_durable.store.django_beat_tables.periodic_task_rows`).
 
     Naive times are read as UTC, as Django stores them with ``USE_TZ = True`` (its default).
     """
-    from sqlalchemy import MetaData, Table, create_engine, select
+    from celery_durable.store.django_beat_tables import periodic_task_rows
 
-    engine = create_engine(url)
-    try:
-        meta = MetaData()
-        with engine.connect() as conn:
-            task, interval, cron, sun, clocked = (
-                Table(_PREFIX + name, meta, autoload_with=conn) for name in _TABLES
-            )
-            joined = (
-                task.outerjoin(interval, task.c.interval_id == interval.c.id)
-                .outerjoin(cron, task.c.crontab_id == cron.c.id)
-                .outerjoin(sun, task.c.solar_id == sun.c.id)
-                .outerjoin(clocked, task.c.clocked_id == clocked.c.id)
-            )
-            query = (
-                select(
-                    *(task.c[k] for k in COLUMNS),
-                    interval.c.every.label("interval_every"),
-                    interval.c.period.label("interval_period"),
-                    *(cron.c[k].label(f"crontab_{k}") for k in (*CRON_FIELDS, "timezone")),
-                    sun.c.event.label("solar_event"),
-                    sun.c.latitude.label("solar_latitude"),
-                    sun.c.longitude.label("solar_longitude"),
-                    clocked.c.clocked_time.label("clocked_time"),
-                )
-                .select_from(joined)
-                .order_by(task.c.name)
-            )
-            return [dict(r._mapping) for r in conn.execute(query)]
-    finally:
-        engine.dispose()
+    return periodic_task_rows(url, columns=COLUMNS, cron_fields=CRON_FIELDS)
 
 
 def entries(rows: list[dict[str, Any]]) -> tuple[list[SourceEntry], dict[str, str]]:

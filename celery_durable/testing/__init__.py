@@ -20,9 +20,7 @@ moves itself (``TestClock.sleep``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -80,28 +78,10 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     if not url.startswith("postgresql"):
         yield url
         return
-    with _fresh_schema(url) as schema_url:
+    from celery_durable.store.fresh_schema import fresh_postgres_schema
+
+    with fresh_postgres_schema(url) as schema_url:
         yield schema_url
-
-
-@contextmanager
-def _fresh_schema(url: str) -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    schema = f"cdt_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        parsed = make_url(url)
-        query = dict(parsed.query)
-        query["options"] = f"-csearch_path={schema}"
-        yield parsed.set(query=query).render_as_string(hide_password=False)
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
 
 
 @pytest.fixture

@@ -139,9 +139,7 @@ def mysql_database_url(database: Mapping[str, Any]) -> str:
     else, e.g. ``read_default_file``, raises ``ImproperlyConfigured`` naming the key: a setting
     the journal would silently drop could point it at another server or user.
     """
-    from sqlalchemy.engine import URL
-
-    from celery_durable.store.journal.urls import mysql_driver
+    from celery_durable.store.journal.urls import mysql_url
 
     options = dict(database.get("OPTIONS") or {})
     query: dict[str, str] = {"charset": "utf8mb4"}
@@ -176,8 +174,7 @@ def mysql_database_url(database: Mapping[str, Any]) -> str:
     if host is not None and host.startswith("/"):
         query["unix_socket"], host = host, "localhost"
     port = database.get("PORT")
-    url = URL.create(
-        f"mysql+{mysql_driver()}",
+    return mysql_url(
         username=str(database.get("USER") or "") or None,
         password=str(database.get("PASSWORD") or "") or None,
         host=host,
@@ -185,7 +182,6 @@ def mysql_database_url(database: Mapping[str, Any]) -> str:
         database=str(database.get("NAME") or "") or None,
         query=query,
     )
-    return url.render_as_string(hide_password=False)
 
 
 def journal_url(app: Celery | None = None) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -25,6 +26,7 @@ __all__ = [
     "is_mysql",
     "is_sqlite",
     "mysql_driver",
+    "mysql_url",
     "normalize_url",
     "redact",
     "split_secrets",
@@ -109,6 +111,33 @@ def mysql_driver() -> str:
     if module is not None:
         return "pymysql" if getattr(module, "__name__", "") == "pymysql" else "mysqldb"
     return "mysqldb" if importlib.util.find_spec("MySQLdb") is not None else "pymysql"
+
+
+def mysql_url(
+    *,
+    username: str | None,
+    password: str | None,
+    host: str | None,
+    port: int | None,
+    database: str | None,
+    query: Mapping[str, str],
+) -> str:
+    """The text of a ``mysql+<driver>://`` URL built from its parts, the password kept.
+
+    The driver is :func:`mysql_driver`'s; the parts are quoted as URLs need. This is how a
+    setting that names the server part by part (Django's ``DATABASES`` entry) becomes a
+    journal URL.
+    """
+    url = URL.create(
+        f"mysql+{mysql_driver()}",
+        username=username,
+        password=password,
+        host=host,
+        port=port,
+        database=database,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def _normalize_mysql(parsed: URL, dialect: str, dbapi: str) -> URL:

@@ -1,0 +1,1 @@
+"""Scripts that check the repository, run from its root (``python tools/<name>.py``)."""
