@@ -23,16 +23,12 @@ from celery_durable.blackouts import from_setting, import_setting
 from celery_durable.config import ConfigError, journal_url, url_setting
 from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
-from celery_durable.errors import DurableError, JournalError, JournalUnavailable
+from celery_durable.errors import DurableError, JournalError, JournalFailed, JournalUnavailable
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
-from celery_durable.store.journal.sql import JOURNAL_AWAY
 from celery_durable.store.journal.urls import redact
 
 log = logging.getLogger("celery_durable.beat")
-
-_JOURNAL_DOWN: tuple[type[Exception], ...] = (JournalUnavailable, *JOURNAL_AWAY)
-"""What a journal that cannot be reached raises; beat logs it and tries again."""
 
 __all__ = ["DurableScheduler", "import_beat_schedule"]
 
@@ -61,7 +57,7 @@ class DurableScheduler(Scheduler):
         self._check_settings(self._runtime)
         try:
             self._setup()
-        except _JOURNAL_DOWN as exc:
+        except JournalUnavailable as exc:  # the store says so; beat logs it, tries again
             self._journal_down(exc, " at start-up")
 
     def _check_settings(self, runtime: Runtime) -> None:
@@ -111,14 +107,14 @@ class DurableScheduler(Scheduler):
         if self._dispatcher is None:
             try:
                 self._setup()
-            except _JOURNAL_DOWN as exc:
+            except JournalUnavailable as exc:  # the store says so; beat logs it, tries again
                 return self._journal_down(exc, " at start-up")
         dispatcher = self._dispatcher
         if dispatcher is None:  # _setup sets it or raises
             raise DurableError("the durable scheduler is not set up")
         try:
             wait = float(dispatcher.tick())
-        except JournalUnavailable as exc:
+        except (JournalUnavailable, JournalFailed) as exc:  # the store's word for the database
             return self._journal_down(exc)
         except DurableError:
             raise

@@ -32,10 +32,8 @@ if TYPE_CHECKING:
 
 def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunState:
     state = state if state is not None else RunState()
-    journal = runtime.journal
-    with journal.unavailable_when_away():  # a server that is away: JournalUnavailable
-        events = journal.read_stream(run_stream(run_id), state.version)
-    return fold(events, state)
+    # A server that is away: the store raises JournalUnavailable (one line, password masked).
+    return fold(runtime.journal.read_stream(run_stream(run_id), state.version), state)
 
 
 def outcome_of(state: RunState) -> Outcome | None:

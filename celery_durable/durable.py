@@ -16,9 +16,7 @@ from celery_durable.blackouts import GlobalBlackouts
 from celery_durable.config import DurableConfig, install_report_filter
 from celery_durable.runtime import Clock, Runtime
 from celery_durable.schedules import Schedules, ScheduleStore
-from celery_durable.store.index import ScheduleIndex
-from celery_durable.store.journal.sql import SqlJournal
-from celery_durable.store.runs import RunStore
+from celery_durable.store.stores import AnyIndex, AnyJournal, AnyRunTable, AnyStore
 from celery_durable.worker import run_ends as ends
 
 if TYPE_CHECKING:
@@ -41,7 +39,9 @@ class Durable:
 
     ``url`` falls back to ``app.conf.durable_url``, then ``CELERY_DURABLE_URL``, then
     ``sqlite:///celery_durable.db``. Construction opens no connection. ``clock`` (a callable
-    returning an aware UTC datetime) replaces the system clock in tests.
+    returning an aware UTC datetime) replaces the system clock in tests; ``store`` (a
+    :class:`~celery_durable.store.memory.MemoryStore`) keeps everything in this process's
+    memory instead of a journal URL, for unit tests.
 
     >>> app = Celery("proj", broker="redis://localhost")
     >>> durable = Durable(app)
@@ -50,8 +50,15 @@ class Durable:
     A facade: the work is done by services that receive its :class:`~.runtime.Runtime`.
     """
 
-    def __init__(self, app: Celery, url: str | None = None, *, clock: Clock | None = None) -> None:
-        self.runtime = Runtime(app, url, clock=clock)
+    def __init__(
+        self,
+        app: Celery,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        store: AnyStore | None = None,
+    ) -> None:
+        self.runtime = Runtime(app, url, clock=clock, store=store)
         self.app = app
         self.schedules = Schedules(self.runtime)
         self.blackouts = GlobalBlackouts(self.runtime)
@@ -74,12 +81,12 @@ class Durable:
         return self.runtime.config
 
     @property
-    def journal(self) -> SqlJournal:
-        """The SQL journal (connects on first use)."""
+    def journal(self) -> AnyJournal:
+        """The journal (a SQL journal connects on first use)."""
         return self.runtime.journal
 
     @property
-    def index(self) -> ScheduleIndex:
+    def index(self) -> AnyIndex:
         """The schedule index projection's table access."""
         return self.runtime.index
 
@@ -166,7 +173,7 @@ class Durable:
         return lambda f: make_step(f, retry=retry, name=name)
 
     @property
-    def runs(self) -> RunStore:
+    def runs(self) -> AnyRunTable:
         """The run table (:class:`~.store.runs.RunStore`): stale runs and wake-ups (D8)."""
         return self.runtime.runs
 
@@ -237,11 +244,16 @@ class Durable:
         after each batch with a :class:`~.store.retention.PruneProgress`. Returns a
         :class:`~.store.retention.PruneReport`. See docs/retention.md.
         """
+        from celery_durable.errors import JournalError
+        from celery_durable.store.index import ScheduleIndex
         from celery_durable.store.retention import Pruner
 
         config = self.config
+        index = self.index
+        if not isinstance(index, ScheduleIndex):
+            raise JournalError("retention needs a SQL journal; a memory store keeps everything")
         pruner = Pruner(
-            self.journal, self.index, batch=config.prune_batch, fault=self.runtime.fault
+            self.runtime.sql_journal, index, batch=config.prune_batch, fault=self.runtime.fault
         )
         now = self.now()
         if not dry_run:
@@ -255,5 +267,5 @@ class Durable:
         self.runtime.close()
 
     def __repr__(self) -> str:
-        url = self.journal.url if "journal" in self.runtime.__dict__ else "(not opened)"
+        url = self.runtime.store.url if self.runtime.opened else "(not opened)"
         return f"<Durable app={self.app.main!r} journal={url}>"

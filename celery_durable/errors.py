@@ -95,8 +95,19 @@ class JournalUnavailable(JournalError):
     """The journal could not be reached (connection lost, server down, database locked).
 
     A durable task that meets it while storing its own progress is delivered again later; the
-    run is not ended by it.
+    run is not ended by it. The database layer's error is the ``__cause__``.
     """
+
+    connection_lost: bool = False
+    """Whether the connection died under a statement (the server closed it, the network
+    dropped it): the statement may be tried once more on a fresh connection."""
+
+
+class JournalFailed(JournalError):
+    """The database refused or failed a statement for another reason than being away (a
+    missing table, a constraint): the database layer's error is the ``__cause__``. Beat logs
+    it and tries again, as for an outage; a delivery that meets it before its claim is stored
+    sends its message again (W1)."""
 
 
 class SecretUnavailable(DurableError, LookupError):

@@ -134,15 +134,15 @@ def check(runtime: Runtime) -> Health:
     Raises what the journal raises when it cannot be reached (SQLAlchemy's errors).
     """
     now = runtime.now()
-    count = partition_count(runtime.journal)
+    count = partition_count(runtime.sql_journal)
     if count == 1:
-        lease = read_lease(runtime.journal)
+        lease = read_lease(runtime.sql_journal)
         holders = {0: lease.owner} if lease is not None and lease.expires_at >= now else {}
         return Health(
             checked_at=now, lease=lease, waiting=oldest_waiting(runtime, now), holders=holders
         )
     held = {}
-    for row in read_leases(runtime.journal):
+    for row in read_leases(runtime.sql_journal):
         k = partition_of_lease(row.name)
         if k is not None and k < count and row.expires_at >= now:
             held[k] = row

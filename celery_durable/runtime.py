@@ -23,10 +23,16 @@ from celery import Celery
 from celery_durable.beat_objects import BeatObjects
 from celery_durable.config import ConfigError, DurableConfig
 from celery_durable.core.ids import check_text
-from celery_durable.errors import DurableError, InvalidSchedule, UnknownTask
-from celery_durable.store.index import ScheduleIndex
+from celery_durable.errors import DurableError, InvalidSchedule, JournalError, UnknownTask
 from celery_durable.store.journal.sql import EngineOptionsRefused, SqlJournal
-from celery_durable.store.runs import RunStore
+from celery_durable.store.sql_store import SqlStore
+from celery_durable.store.stores import (
+    STORES,
+    AnyIndex,
+    AnyJournal,
+    AnyRunTable,
+    AnyStore,
+)
 
 Clock = Callable[[], datetime]
 
@@ -65,19 +71,39 @@ class Runtime:
     signal handlers and beat use the journal and clock the project configured.
     """
 
-    def __init__(self, app: Celery, url: str | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        store: AnyStore | None = None,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
         if not isinstance(app, Celery):
             raise TypeError(f"app must be a Celery app, not {type(app).__name__}")
         if clock is not None and not callable(clock):
             raise TypeError("clock must be a callable returning an aware UTC datetime")
+        if store is not None and not isinstance(store, STORES):
+            raise TypeError(
+                f"store must be a SqlStore or a MemoryStore, not {type(store).__name__}"
+            )
+        if fault is not None and not callable(fault):
+            raise TypeError("fault must be a callable taking a fault point's name")
         self.app = app
         self.url = url
         self.clock: Clock = clock or system_clock
         # A test clock may also sleep (by moving itself): the worker's short waits (a retry
         # back-off, a sleep of up to a second) then take no wall time (celery_durable.testing).
         self.sleep: Callable[[float], None] = getattr(clock, "sleep", None) or time.sleep
-        self.fault: Callable[[str], None] = crash_at(os.environ.get(CRASH_VARIABLE))
-        """Called at the dispatcher's and retention's fault points with the point's name."""
+        self.fault: Callable[[str], None] = (
+            fault if fault is not None else crash_at(os.environ.get(CRASH_VARIABLE))
+        )
+        """Called at the dispatcher's and retention's fault points with the point's name
+        (``fault=``; by default :func:`crash_at` the point named by :data:`CRASH_VARIABLE`)."""
+        self._given_store = store is not None
+        if store is not None:
+            self.__dict__["store"] = store
         self.step_hooks: list[Callable[[str, str, int | str, str], None]] = []
         """Called in the worker as ``hook(moment, run_id, position, name)``: ``"call"`` before a
         step's function runs, ``"stored"`` once its result is stored. A hook may raise
@@ -104,17 +130,33 @@ class Runtime:
         return DurableConfig.from_app(self.app.conf, self.url)
 
     @cached_property
-    def journal(self) -> SqlJournal:
-        """The SQL journal (connects on first use)."""
+    def store(self) -> AnyStore:
+        """Where the services read and write (:mod:`celery_durable.core.unit_of_work`): the
+        SQL store of the configured URL (connects on first use), or the one given."""
         config = self.config
         try:
-            return SqlJournal(
+            journal = SqlJournal(
                 config.url,
                 sqlite_synchronous=config.sqlite_synchronous,
                 engine_options=config.engine_options,
             )
         except EngineOptionsRefused as exc:
             raise ConfigError(f"durable_engine_options: {exc}") from exc
+        return SqlStore(journal)
+
+    @property
+    def journal(self) -> AnyJournal:
+        """The store's journal."""
+        return self.store.journal
+
+    @property
+    def sql_journal(self) -> SqlJournal:
+        """The SQL journal, for what only SQL has (retention, partitions, the health facts);
+        ``JournalError`` on a memory store."""
+        journal = self.store.journal
+        if not isinstance(journal, SqlJournal):
+            raise JournalError(f"this needs a SQL journal; the runtime's store is {self.store!r}")
+        return journal
 
     @cached_property
     def beat_objects(self) -> BeatObjects:
@@ -122,14 +164,14 @@ class Runtime:
         return BeatObjects()
 
     @cached_property
-    def index(self) -> ScheduleIndex:
+    def index(self) -> AnyIndex:
         """The schedule index projection's table access."""
-        return ScheduleIndex(self.journal, self.beat_objects)
+        return self.store.schedule_index(self.beat_objects)
 
     @cached_property
-    def runs(self) -> RunStore:
+    def runs(self) -> AnyRunTable:
         """The run table: stale runs and wake-ups (D8)."""
-        return RunStore(self.journal)
+        return self.store.run_table()
 
     def now(self) -> datetime:
         """The current time from the clock, checked to be aware and converted to UTC."""
@@ -175,8 +217,9 @@ class Runtime:
 
         def use(url: str | None, clock: Clock | None, sleep: Callable[[float], None]) -> None:
             self.close()
-            for name in ("config", "journal", "index", "runs"):
-                self.__dict__.pop(name, None)
+            for name in ("config", "store", "index", "runs"):
+                if name != "store" or not self._given_store:
+                    self.__dict__.pop(name, None)
             self.url = url
             self.clock = clock or system_clock
             self.sleep = sleep
@@ -186,5 +229,10 @@ class Runtime:
 
     def close(self) -> None:
         """Release the journal's connections."""
-        if "journal" in self.__dict__:
-            self.journal.close()
+        if "store" in self.__dict__:
+            self.store.close()
+
+    @property
+    def opened(self) -> bool:
+        """Whether the store was built (or given): only then is there a journal to name."""
+        return "store" in self.__dict__

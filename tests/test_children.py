@@ -92,7 +92,7 @@ def test_the_parent_resumes_without_the_childs_wake_up_one_lease_later(
     from celery_durable.worker import children
 
     monkeypatch.setattr(children, "wake_parent", lambda run: None)
-    monkeypatch.setattr("celery_durable.worker.durable_task.wake_parent", lambda run: None)
+    monkeypatch.setattr("celery_durable.worker.body.wake_parent", lambda run: None)
 
     @durable.task(name="kids.lost.child")
     def child_task() -> str:

@@ -485,24 +485,25 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
 ) -> None:
     """The journal fails while the writer stores a round's starts: the tick raises, every run
     stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
-    from celery_durable.store.runs import RunStore
+    from celery_durable.store.sql_store import SqlUnitOfWork
 
     monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
     for i in range(100):
         durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
     dispatcher = durable.dispatcher()
     dispatcher.tick()
-    real = RunStore.record_sent_in
+    real = SqlUnitOfWork.append
     calls = 0
 
-    def failing_once(conn, sent, *, now, lease):  # type: ignore[no-untyped-def]
+    def failing_once(unit, appends):  # type: ignore[no-untyped-def]
         nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise ConnectionError("journal connection lost")
-        return real(conn, sent, now=now, lease=lease)
+        if any(e.type == "RunStarted" for a in appends for e in a.events):  # a round's starts
+            calls += 1
+            if calls == 2:
+                raise ConnectionError("journal connection lost")
+        return real(unit, appends)
 
-    monkeypatch.setattr(RunStore, "record_sent_in", staticmethod(failing_once))
+    monkeypatch.setattr(SqlUnitOfWork, "append", failing_once)
     clock.advance(seconds=61)
     with pytest.raises(ConnectionError):
         dispatcher.tick()

@@ -91,23 +91,25 @@ def test_worker_claim_racing_the_dispatchers_record_of_the_send(pg_url: str) -> 
     from celery_durable.message import Resend
     from celery_durable.store.journal.sql import SqlJournal
     from celery_durable.store.runs import RunStore
+    from celery_durable.store.sql_store import SqlStore
 
     journal = SqlJournal(pg_url)
+    store = SqlStore(journal)
     now = T0
     run = "s@2026-12-02T00:00:00.0000000Z"
     sent = Resend(run_id=run, task="t", args=[], kwargs={}, options={}, headers={})
     errors: list[Exception] = []
 
     def dispatcher() -> None:
-        with journal.transaction() as conn:
-            RunStore.record_sent_in(conn, [sent], now=now, lease=300)
+        with store.unit_of_work() as unit:
+            unit.record_sent([sent], now=now, lease=300)
             time.sleep(1.0)  # inserted, not committed yet
 
     def worker() -> None:
         time.sleep(0.3)
         try:
-            with journal.transaction() as conn:
-                RunStore.save_in(conn, run, now=now, task="t", status="running", owner="w")
+            with store.unit_of_work() as unit:
+                unit.save_run(run, {"task": "t", "status": "running", "owner": "w"}, now=now)
         except Exception as exc:  # the test reports it below
             errors.append(exc)
 

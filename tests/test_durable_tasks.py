@@ -549,7 +549,8 @@ def test_owner_liveness_and_short_sleep_limit() -> None:
     import subprocess
     import sys
 
-    from celery_durable.worker.durable_task import owner_alive, short_sleep_limit
+    from celery_durable.worker.claim import short_sleep_limit
+    from celery_durable.worker.owners import owner_alive
 
     host = socket.gethostname()
     assert owner_alive(f"{host}:{os.getpid()}:abc")

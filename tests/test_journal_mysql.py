@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from celery_durable.errors import AppendConflict
+from celery_durable.errors import AppendConflict, JournalUnavailable
 from celery_durable.store.journal import Append, NewEvent, SqlJournal, schema
 from celery_durable.store.journal.encoding import encode_data
 from tests.support.tcpproxy import TcpProxy
@@ -154,8 +154,9 @@ def test_without_pre_ping_wait_timeout_surfaces(mysql_url: str) -> None:
     try:
         journal.append("schedule/a", 0, [NewEvent(type="One")])
         time.sleep(2.5)
-        with pytest.raises(sa.exc.OperationalError):
+        with pytest.raises(JournalUnavailable) as info:  # the driver's error is the cause
             journal.append("schedule/a", 1, [NewEvent(type="Two")])
+        assert isinstance(info.value.__cause__, sa.exc.OperationalError)
     finally:
         journal.close()
 

@@ -439,9 +439,8 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(
     losable: tuple[str, Callable[[], int]],
 ) -> None:
     """Found by the chaos harness (UniqueViolation on pk_celery_durable_runs in workers); fixed
-    in RunStore.save_in (insert-or-update)."""
+    in the run row's write of a unit of work (insert-or-update)."""
     from celery_durable.message import Resend
-    from celery_durable.store.runs import RunStore
 
     app = Celery(f"race-{uuid.uuid4().hex[:6]}")
     app.conf.update(task_ignore_result=True)
@@ -458,12 +457,9 @@ def test_claim_racing_the_dispatchers_run_row_does_not_fail_the_delivery(
     def dispatcher_side() -> None:
         # What Dispatcher._process does after publishing: the run's row, in its transaction.
         try:
-            with durable.journal.transaction() as conn:
-                RunStore.record_sent_in(
-                    conn,
-                    [Resend(run_id=rid, task="race.job")],
-                    now=datetime.now(UTC),
-                    lease=300,
+            with durable.runtime.store.unit_of_work() as unit:
+                unit.record_sent(
+                    [Resend(run_id=rid, task="race.job")], now=datetime.now(UTC), lease=300
                 )
                 inserted.set()
                 release.wait(10)

@@ -78,7 +78,7 @@ def init(sql: bool) -> None:
             click.echo()
             click.echo(text.rstrip("\n"))
         return
-    current.durable.journal.ensure_ready()
+    current.durable.runtime.sql_journal.ensure_ready()
     tables = sorted(metadata.tables)
     if current.json:
         emit_json(

@@ -37,9 +37,9 @@ def _live_beats(durable: Any, now: datetime) -> tuple[int, list[dict[str, Any]]]
         read_leases,
     )
 
-    count = partition_count(durable.journal)
+    count = partition_count(durable.runtime.sql_journal)
     beats: dict[str, dict[str, Any]] = {}
-    for row in read_leases(durable.journal):
+    for row in read_leases(durable.runtime.sql_journal):
         if row.expires_at < now:
             continue
         beat = beats.setdefault(
@@ -109,7 +109,7 @@ def show() -> None:
     from celery_durable.store.partitions import partition_count
 
     current = session()
-    count = partition_count(current.durable.journal)
+    count = partition_count(current.durable.runtime.sql_journal)
     if current.json:
         emit_json({"partitions": count})
     else:
@@ -134,7 +134,7 @@ def set_count(count: str) -> None:
         raise invalid(str(exc)) from None
     durable = current.durable
     try:
-        change = set_partitions(durable.journal, number, durable.now())
+        change = set_partitions(durable.runtime.sql_journal, number, durable.now())
     except PartitionsError as exc:
         if "hold leases" in str(exc):
             raise CliError(str(exc), CONFLICT) from None

@@ -42,10 +42,8 @@ from celery_durable.dispatch.recorder import Recorder, Recording, Stored
 from celery_durable.dispatch.resender import Resender
 from celery_durable.dispatch.state import StateCache
 from celery_durable.message import Resend
-from celery_durable.store.index import ScheduleIndex
-from celery_durable.store.lease import Lease, default_owner
-from celery_durable.store.partitions import PartitionLeases, resolve_partitions
-from celery_durable.store.runs import RunStore
+from celery_durable.store.lease import default_owner
+from celery_durable.store.stores import AnyLease, AnyLeases
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -86,17 +84,18 @@ class Dispatcher:
         self.lease_ttl = lease_ttl or config.leader_lease
         self.partitions = 1
         """The journal's partition count (D10), read from the journal at the first tick."""
-        self._leases: PartitionLeases | None = None
+        self._leases: AnyLeases | None = None
         self.held: frozenset[int] = frozenset()
         """The partitions whose schedules are in the cache now (D10)."""
         self.live = runtime.beat_objects  # BeatEntry rules ask them (B3)
-        self.index = ScheduleIndex(runtime.journal, self.live)
+        store = runtime.store
+        self.index = store.schedule_index(self.live)
         self.run_lease = config.run_lease
-        self.runs = RunStore(runtime.journal)
+        self.runs = store.run_table()
         self.cache = StateCache(runtime.journal, self.index)
         self.blackouts = BlackoutWatch(runtime.journal)  # P4: the global windows
         self.recorder = Recorder(
-            runtime.journal,
+            runtime.store,
             self.cache,
             runtime.now,
             run_lease=self.run_lease,
@@ -115,22 +114,23 @@ class Dispatcher:
         self._missed = 0
 
     @property
-    def leases(self) -> PartitionLeases:
+    def leases(self) -> AnyLeases:
         """This beat's partition leases; the first use reads the partition count (D10)."""
         if self._leases is None:
             runtime = self.runtime
-            count = resolve_partitions(runtime.journal, runtime.config.partitions, runtime.now())
+            store = runtime.store
+            count = store.resolve_partitions(runtime.config.partitions, runtime.now())
             self.partitions = count
-            self.index.partitions = count
-            self.resender.limit = min(100 * count, 2000)  # most rows are other beats'
+            self.index.use_partitions(count)
+            self.resender.share(count)
             # A joining beat gets its share within two lease periods (D10).
             poll = min(self.poll_interval, self.lease_ttl / 4)
-            self._leases = PartitionLeases(runtime.journal, self.owner, self.lease_ttl, count, poll)
-            self.pruning.lease = self._leases.leases[0]
+            self._leases = store.partition_leases(self.owner, self.lease_ttl, count, poll)
+            self.pruning.use_lease(self._leases.leases[0])
         return self._leases
 
     @property
-    def lease(self) -> Lease:
+    def lease(self) -> AnyLease:
         """Partition 0's lease: D6's only lease with one partition; its holder prunes (O1)."""
         return self.leases.leases[0]
 
@@ -253,12 +253,11 @@ class Dispatcher:
         }
         self._announce(self.recorder.append(decisions))
         self.runtime.fault("after-decide")  # crash tests: decided, not yet sent (A6)
-        retry_at = publisher.retry_at
         sendable = [
             (sid, p)
             for sid in sids
             for p in self.cache.states[sid].sendable()
-            if retry_at.get(p.run_id, now) <= now and p.send_time <= now  # P2: jittered
+            if publisher.may_send(p.run_id, now) and p.send_time <= now  # P2: jittered
         ]
         starts: dict[str, list[Command]] = {}
         durable_runs: list[Resend] = []
@@ -287,7 +286,7 @@ class Dispatcher:
 
     def _attention_now(self, sid: str, now: datetime) -> datetime | None:
         state = self.cache.states[sid]
-        retry_at = self.publisher.retry_at
+        retry_at = self.publisher.retries_of(state)
         sendable = state.sendable()
         waits = [retry_at[p.run_id] for p in sendable if p.run_id in retry_at]
         unsent = [p.send_time for p in sendable if p.run_id not in retry_at]

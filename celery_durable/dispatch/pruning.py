@@ -17,8 +17,9 @@ from datetime import datetime, timedelta
 from celery_durable.errors import JournalError
 from celery_durable.runtime import Runtime
 from celery_durable.store.index import ScheduleIndex
-from celery_durable.store.lease import Lease
 from celery_durable.store.retention import Pruner, PruneReport, TailMemory
+from celery_durable.store.sql_store import SqlStore
+from celery_durable.store.stores import AnyIndex, AnyLease
 
 __all__ = ["PruneJob"]
 
@@ -31,9 +32,14 @@ BATCH_PAUSE = 0.02
 class PruneJob:
     """Starts a retention pass when one is due; one pass at a time."""
 
-    def __init__(self, runtime: Runtime, index: ScheduleIndex, lease: Lease | None = None) -> None:
+    def __init__(self, runtime: Runtime, index: AnyIndex, lease: AnyLease | None = None) -> None:
         config = runtime.config
-        self.pruner = Pruner(runtime.journal, index, batch=config.prune_batch, fault=runtime.fault)
+        store = runtime.store
+        self.pruner: Pruner | None = (
+            store.pruner(index, batch=config.prune_batch, fault=runtime.fault)
+            if isinstance(store, SqlStore) and isinstance(index, ScheduleIndex)
+            else None  # a memory store keeps everything (no retention)
+        )
         self.retention = config.retention
         self.interval = timedelta(seconds=config.prune_interval)
         self.lease = lease
@@ -46,12 +52,18 @@ class PruneJob:
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
 
+    def use_lease(self, lease: AnyLease) -> None:
+        """Prune while this lease is held (the dispatcher's partition 0, D10)."""
+        self.lease = lease
+
     def poke(self, now: datetime) -> None:
         """Start a pass if one is due and none is running (the tick holds the lease).
 
         The first pass comes one interval after the first tick: start-up and its catch-up
         have the journal to themselves, and start-up reads only recent events (D2).
         """
+        if self.pruner is None:
+            return
         if self._next is None:
             self._next = now + self.interval
             return
@@ -79,6 +91,8 @@ class PruneJob:
         )
 
     def _run(self, now: datetime) -> None:
+        if self.pruner is None:  # pragma: no cover - poke starts no pass then
+            return
         try:
             self.last = self.pruner.prune(
                 now, self.retention, keep_going=self._holds_lease, pause=BATCH_PAUSE, tail=self.tail

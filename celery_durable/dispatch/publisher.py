@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
@@ -126,13 +126,22 @@ class Publisher:
                 )
             yield sid, pending, error
 
+    def may_send(self, run_id: str, now: datetime) -> bool:
+        """Whether the run's message may be tried at ``now`` (none waits for a retry)."""
+        return self.retry_at.get(run_id, now) <= now
+
+    def retries_of(self, state: ScheduleState) -> dict[str, datetime]:
+        """When each of the schedule's sendable runs that waits for a retry is tried again."""
+        retry_at = self.retry_at
+        return {p.run_id: retry_at[p.run_id] for p in state.sendable() if p.run_id in retry_at}
+
     def publish(
         self, sid: str, pending: PendingRun, producer: Any, now: datetime | None = None
     ) -> Resend | None:
         """Send one run's message at ``now``; a durable run's message comes back to be
         recorded."""
         task = self.app.tasks.get(pending.task)
-        if task is None and not passes_through(pending.options):
+        if task is None and not task_sendable(self.app, pending.task, pending.options):
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
         message = run_message(sid, pending, durable=durable, now=now, secrets=self.secrets)
@@ -193,7 +202,7 @@ class Publisher:
 
     def sendable_task(self, content: Content) -> bool:
         """Registered here, or an imported schedule's task, sent by name if need be (B4, I1)."""
-        return content.task in self.app.tasks or passes_through(content.options)
+        return task_sendable(self.app, content.task, content.options)
 
     def log_missing(
         self, sid: str, task: str, due: datetime, now: datetime, exc: Exception | None
@@ -209,6 +218,13 @@ class Publisher:
             time_to_json(due),
             extra={"schedule": sid, "task": task, "due": due},
         )
+
+
+def task_sendable(app: Any, task: str, options: Mapping[str, Any]) -> bool:
+    """The one D4 predicate: whether a run of ``task`` with these options can be sent from
+    ``app``: its task is registered there, or its schedule's options are passed through as
+    their source scheduler sent them, by name (B4, I1)."""
+    return task in app.tasks or passes_through(options)
 
 
 def connect_once(producer: Any) -> None:

@@ -7,6 +7,7 @@ its wait for the database.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ from celery_durable.core.schedule_events import ScheduleEvent, to_new_event
 from celery_durable.dispatch.state import StateCache
 from celery_durable.errors import AppendConflict
 from celery_durable.message import Resend
-from celery_durable.store.index import entry_row, upsert
-from celery_durable.store.journal.sql import SqlJournal, Transaction
-from celery_durable.store.runs import RunStore
+from celery_durable.store.conflicts import CONFLICT_ATTEMPTS, ConflictCount
+from celery_durable.store.stores import AnyStore
+
+log = logging.getLogger("celery_durable.dispatcher")
 
 Clock = Callable[[], datetime]
 Stored = list[tuple[str, ScheduleEvent]]
@@ -39,20 +41,20 @@ class Recording:
 
 
 class Recorder:
-    """Turns commands into stored schedule events, one transaction per round.
+    """Turns commands into stored schedule events, one unit of work per round.
 
     It returns what it stored; the dispatcher announces it (logs, signals, O4).
     """
 
     def __init__(
         self,
-        journal: SqlJournal,
+        store: AnyStore,
         cache: StateCache,
         clock: Clock,
         *,
         run_lease: float,
     ) -> None:
-        self.journal = journal
+        self.store = store
         self.cache = cache
         self.clock = clock
         self.run_lease = run_lease
@@ -69,22 +71,28 @@ class Recorder:
         commands: dict[str, list[Command]],
         *,
         rows: bool = False,
-        extra: Callable[[Transaction], None] | None = None,
+        sent: Sequence[Resend] = (),
+        now: datetime | None = None,
     ) -> Stored:
-        """Decide and append every schedule's commands in one transaction.
+        """Decide and append every schedule's commands in one unit of work.
 
-        Returns the events stored, schedule by schedule. With
-        ``rows``, the schedules' index rows are written in the same transaction; without, they
-        follow with the starts, after the burst, or at the next checkpoint (the state cache's
-        ``refresh``). On a version conflict (another process appended first, A8) the schedule
-        is read again and its commands decided again.
+        Returns the events stored, schedule by schedule. With ``rows``, the schedules' index
+        rows are written in the same unit; without, they follow with the starts, after the
+        burst, or at the next checkpoint (the state cache's ``refresh``). ``sent``: rows for
+        the durable runs just sent, stored with them (queued as of ``now``, D8).
+
+        On a version conflict (another process appended first, A8) the schedule is read again
+        and its commands decided again, up to the conflict limit of ``store/conflicts.py``; a
+        schedule that still conflicts then is left out of this round, with one ERROR line,
+        and decided again at the next (the dispatcher looks at every schedule of a round
+        again when it ends).
         """
         cache = self.cache
         tracer = tracing.tracer()
         began = tracing.started() if tracer is not None else 0
         decided = {sid: self.decide(sid, cmds) for sid, cmds in commands.items()}
         decided = {sid: pair for sid, pair in decided.items() if pair[0]}
-        journal = self.journal
+        conflicts = ConflictCount()
         while decided:
             appends = [
                 Append(
@@ -95,18 +103,21 @@ class Recorder:
                 for sid, (events, _) in decided.items()
             ]
             try:
-                with journal.transaction() as conn:
-                    journal.append_in(conn, appends)
+                with self.store.unit_of_work() as unit:
+                    unit.append(appends)
                     if rows:
-                        now = self.clock()
-                        live = cache.index.live
-                        upsert(conn, [entry_row(s, now, live) for _, s in decided.values()])
-                    if extra is not None:
-                        extra(conn)
+                        states = [state for _, state in decided.values()]
+                        unit.save_index(states, now=self.clock(), live=cache.index.live)
+                    if sent:
+                        unit.record_sent(sent, now=now or self.clock(), lease=self.run_lease)
             except AppendConflict as exc:
                 sid = str(getattr(exc, "stream", "")).split("/", 1)[-1]
                 if sid not in decided:
                     raise
+                if not conflicts.another(sid):
+                    _give_up(sid, exc)
+                    del decided[sid]
+                    continue
                 cache.reload(sid)
                 fresh = self.decide(sid, commands[sid])
                 if fresh[0]:
@@ -142,15 +153,9 @@ class Recorder:
         """
 
         def store() -> Stored:
-            # Durable runs get their row in the same transaction: the stale-run check (D8)
+            # Durable runs get their row in the same unit of work: the stale-run check (D8)
             # then re-sends one whose worker never claims it.
-            return self.append(
-                starts,
-                rows=rows,
-                extra=lambda conn: RunStore.record_sent_in(
-                    conn, durable_runs, now=now, lease=self.run_lease
-                ),
-            )
+            return self.append(starts, rows=rows, sent=durable_runs, now=now)
 
         future: Future[Stored]
         if background:
@@ -170,3 +175,14 @@ class Recorder:
         if self.writer is not None:
             self.writer.shutdown(wait=True)
             self.writer = None
+
+
+def _give_up(sid: str, conflict: AppendConflict) -> None:
+    log.error(
+        "schedule %r: %d appends in a row found its stream at another version than the one "
+        "read (%s); it is left out of this round and decided again at the next. A stream "
+        "behind its index row (a journal restored from a backup) needs `celery durable index "
+        "rebuild`",
+        sid, CONFLICT_ATTEMPTS, conflict,
+        extra={"schedule": sid},
+    )  # fmt: skip

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery_durable.dispatch.publisher import connect_once
-from celery_durable.store.runs import RunStore
+from celery_durable.dispatch.publisher import connect_once, task_sendable
+from celery_durable.store.stores import AnyRunTable
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -24,7 +24,7 @@ class Resender:
     def __init__(
         self,
         app: Any,
-        runs: RunStore,
+        runs: AnyRunTable,
         *,
         poll_interval: float,
         run_lease: float,
@@ -40,6 +40,11 @@ class Resender:
         self.poll_interval = poll_interval
         self.run_lease = run_lease
         self._next_check: datetime | None = None
+
+    def share(self, partitions: int) -> None:
+        """Read more rows per look when the journal has ``partitions`` partitions: most rows
+        then belong to other beats (D10)."""
+        self.limit = min(100 * partitions, 2000)
 
     def check_soon(self) -> None:
         """Look at the run table at the next :meth:`resend`, whatever the poll interval (a
@@ -63,7 +68,7 @@ class Resender:
             with self.app.producer_or_acquire() as producer:
                 connect_once(producer)
                 for resend in resends:
-                    if resend.task not in self.app.tasks:
+                    if not task_sendable(self.app, resend.task, resend.options):
                         continue  # D4: logged at the schedule's due times; the row waits
                     resend.send(self.app, retry=False, producer=producer)
                     sent.append(resend.run_id)

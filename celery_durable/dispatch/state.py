@@ -16,14 +16,13 @@ from datetime import datetime, timedelta
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.schedule_aggregate import ScheduleState
 from celery_durable.store.index import (
-    ScheduleIndex,
     UnreadableEntry,
     attention_of,
     fold_stored,
     stream_schedule_id,
 )
-from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.snapshots import fold_stream
+from celery_durable.store.stores import AnyIndex, AnyJournal
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -43,7 +42,7 @@ class StateCache:
     everything else runs in the dispatcher's thread.
     """
 
-    def __init__(self, journal: SqlJournal, index: ScheduleIndex) -> None:
+    def __init__(self, journal: AnyJournal, index: AnyIndex) -> None:
         self.journal = journal
         self.index = index
         self.states: dict[str, ScheduleState] = {}
@@ -64,7 +63,6 @@ class StateCache:
         ``held``: read only these partitions' rows and events (D10); ``None``: all.
         """
         self.held = held
-        self.journal.ensure_ready()
         if self.index.needs_rebuild():
             self.index.rebuild(now)
         self.states.clear()

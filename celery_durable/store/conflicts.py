@@ -5,15 +5,16 @@ process appended first the journal raises ``AppendConflict``; the writer reads w
 and tries again. :func:`retry_on_conflict` is that loop, with one limit and one back-off for
 the schedule API, run control, the worker's claim and its step writes.
 
-The dispatcher's batch append keeps its own loop: it resolves conflicts stream by stream within
-one transaction of many schedules, and each conflict it sees is a stream it reads again.
+The dispatcher's batch append resolves conflicts stream by stream within one transaction of
+many schedules; :class:`ConflictCount` gives it the same limit and back-off per stream, after
+which it leaves that stream out of the batch instead of trying for ever.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from celery_durable.errors import AppendConflict, DurableError
@@ -59,3 +60,25 @@ def retry_on_conflict(
             if pause:
                 time.sleep(pause)
     raise DurableError(f"{what}: too many concurrent writers ({CONFLICT_ATTEMPTS} conflicts)")
+
+
+class ConflictCount:
+    """Conflicts per stream of a batch that resolves them one stream at a time.
+
+    :meth:`another` counts a conflict of ``key``: ``False`` once ``key`` has had
+    :data:`CONFLICT_ATTEMPTS` of them (give it up), else ``True`` after the back-off pause
+    :func:`retry_on_conflict` would make.
+    """
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._counts: dict[Hashable, int] = {}
+        self._sleep = sleep
+
+    def another(self, key: Hashable) -> bool:
+        conflicts = self._counts[key] = self._counts.get(key, 0) + 1
+        if conflicts >= CONFLICT_ATTEMPTS:
+            return False
+        pause = backoff(conflicts)
+        if pause:
+            self._sleep(pause)
+        return True

@@ -19,8 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
@@ -30,8 +29,10 @@ from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
 from celery_durable.errors import JournalError
 from celery_durable.message import origin_of
-from celery_durable.store.journal.schema import MYSQL_DIALECTS, progress, schedule_index
-from celery_durable.store.journal.sql import SqlJournal, one_of
+from celery_durable.store.journal.database import Database
+from celery_durable.store.journal.errors import translating
+from celery_durable.store.journal.schema import progress, schedule_index
+from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.snapshots import (
     SnapshotLookup,
     SnapshotStore,
@@ -78,6 +79,7 @@ def fold_stored(
     return changed
 
 
+@translating
 class ScheduleIndex:
     """Reads and writes the index rows and the projection position.
 
@@ -105,9 +107,9 @@ class ScheduleIndex:
             self._partitions = partition_count(self.journal)
         return self._partitions
 
-    @partitions.setter
-    def partitions(self, value: int) -> None:
-        self._partitions = value
+    def use_partitions(self, count: int) -> None:
+        """Work with ``count`` partitions from now on (the beat's, read once, D10)."""
+        self._partitions = count
 
     def mine(self, schedule_id: str, held: Collection[int] | None) -> bool:
         """Whether a schedule is in one of the ``held`` partitions (``None``: all are)."""
@@ -199,7 +201,7 @@ class ScheduleIndex:
                 ids = list(schedule_ids)
                 for start in range(0, len(ids), 1000):
                     chunk = ids[start : start + 1000]
-                    where = one_of(conn, schedule_index.c.schedule_id, chunk)
+                    where = self.journal.database.one_of(schedule_index.c.schedule_id, chunk)
                     rows.extend(conn.execute(query.where(where)))
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
@@ -242,7 +244,7 @@ class ScheduleIndex:
         )
         with self.journal.transaction() as conn:
             if rows:
-                upsert(conn, rows)
+                upsert(conn, self.journal.database, rows)
             for name in names:
                 _set_position(conn, position, name)
 
@@ -298,42 +300,12 @@ def entry_row(
     }
 
 
-def upsert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+_ROW_COLUMNS = ("version", "format", "next_due", "state", "updated_at", "origin")
+
+
+def upsert(conn: Connection, database: Database, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert or update rows, keeping the one with the higher version."""
-    table = schedule_index
-    dialect = conn.dialect.name
-    if dialect in MYSQL_DIALECTS:
-        _upsert_mysql(conn, rows)
-        return
-    insert_for = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
-    if insert_for is None:  # pragma: no cover - the journal refuses other dialects
-        raise JournalError(f"unsupported dialect {dialect}")
-    stmt: Any = insert_for(table)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[table.c.schedule_id],
-        set_={
-            c: stmt.excluded[c]
-            for c in ("version", "format", "next_due", "state", "updated_at", "origin")
-        },
-        where=table.c.version <= stmt.excluded.version,
-    )
-    for start in range(0, len(rows), 1000):
-        conn.execute(stmt, list(rows[start : start + 1000]))
-
-
-def _upsert_mysql(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """``upsert`` with ``ON DUPLICATE KEY UPDATE``: each column takes the new value only when
-    the new version is not lower. ``version`` comes last: MySQL applies the assignments left
-    to right, and the others compare against the old version."""
-    table = schedule_index
-    stmt = mysql.insert(table)
-    newer = table.c.version <= stmt.inserted.version
-    stmt = stmt.on_duplicate_key_update(
-        [
-            (c, case((newer, stmt.inserted[c]), else_=table.c[c]))
-            for c in ("format", "next_due", "state", "updated_at", "origin", "version")
-        ]
-    )
+    stmt = database.insert_newer(schedule_index, "schedule_id", _ROW_COLUMNS, "version")
     for start in range(0, len(rows), 1000):
         conn.execute(stmt, list(rows[start : start + 1000]))
 

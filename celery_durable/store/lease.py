@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import heartbeats, leases
 from celery_durable.store.journal.sql import SqlJournal
 
@@ -34,6 +35,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+@translating
 class Lease:
     """Acquire, renew and release one named lease."""
 
@@ -142,6 +144,7 @@ class LeaseFacts:
     """When ``owner`` last completed a tick, as of its last renewal."""
 
 
+@translating
 def read_lease(journal: SqlJournal, name: str = "dispatcher") -> LeaseFacts | None:
     """The stored lease ``name`` and its holder's heartbeat; ``None`` when nobody holds it."""
     journal.ensure_ready()

@@ -33,6 +33,7 @@ from celery_durable.core.partitions import (
     lease_name,
     plan,
 )
+from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import heartbeats, leases, progress, settings
 from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.lease import Lease
@@ -44,10 +45,7 @@ BEAT = "beat/"
 """Name prefix of the presence leases."""
 
 
-def _is_sqlite(journal: SqlJournal) -> bool:
-    return journal.engine.dialect.name == "sqlite"
-
-
+@translating
 def stored_partitions(journal: SqlJournal, conn: Connection | None = None) -> int | None:
     """The partition count stored in the journal, ``None`` when none was ever stored."""
     query = select(settings.c.value).where(settings.c.name == SETTING)
@@ -60,19 +58,21 @@ def stored_partitions(journal: SqlJournal, conn: Connection | None = None) -> in
     return None if text is None else int(text)
 
 
+@translating
 def partition_count(journal: SqlJournal) -> int:
     """The journal's partition count (1 when none is stored)."""
     return stored_partitions(journal) or 1
 
 
 def _refuse_sqlite(journal: SqlJournal, count: int) -> None:
-    if count > 1 and _is_sqlite(journal):
+    if count > 1 and journal.database.serialises_writers:
         raise PartitionsError(
             f"durable_partitions = {count} needs PostgreSQL or MySQL: a SQLite journal has "
             "one writer process, so it keeps one partition (set durable_partitions = 1)"
         )
 
 
+@translating
 def resolve_partitions(journal: SqlJournal, configured: int | None, now: datetime) -> int:
     """The count a beat works with: the stored one, else ``configured`` (then stored).
 
@@ -118,6 +118,7 @@ class Change:
     """The index position every partition continues from."""
 
 
+@translating
 def set_partitions(journal: SqlJournal, count: int, now: datetime) -> Change:
     """Store a new partition count; refuses while any beat holds a lease (D10).
 
@@ -188,6 +189,7 @@ class LeaseRow:
     ticked_at: datetime | None
 
 
+@translating
 def read_leases(journal: SqlJournal) -> list[LeaseRow]:
     """Every partition and presence lease with its heartbeat, expired ones included."""
     journal.ensure_ready()
@@ -220,6 +222,7 @@ def partition_of_lease(name: str) -> int | None:
     return None
 
 
+@translating
 class PartitionLeases:
     """A beat's partition leases: which partitions it works now (D10).
 

@@ -38,9 +38,11 @@ from celery_durable.core.journal import StoredEvent
 from celery_durable.core.schedule_aggregate import ScheduleState
 from celery_durable.core.schedule_events import RUN_RECORD_TYPES, RunsMissed
 from celery_durable.store.index import ScheduleIndex, fold_stored, stream_schedule_id
+from celery_durable.store.journal.database import Database
+from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import events as events_table
 from celery_durable.store.journal.schema import runs as runs_table
-from celery_durable.store.journal.sql import SqlJournal, one_of
+from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, MISSED
 from celery_durable.store.snapshots import SnapshotStore
 
@@ -60,8 +62,6 @@ TAIL_MEMORY = 100_000
 
 OVER = (FINISHED, FAULTED, CANCELLED, MISSED)
 """Statuses of a durable run that has an outcome."""
-
-_VACUUM_PAGES = 2000
 
 
 @dataclass(slots=True, kw_only=True)
@@ -154,6 +154,7 @@ class _Scan:
             )
 
 
+@translating
 class Pruner:
     """Removes what retention allows, in batches of ``batch`` rows.
 
@@ -367,7 +368,7 @@ class Pruner:
             for state, through in covered.values():
                 SnapshotStore.write(conn, state, through, seen.now)
             self.fault("prune-batch")
-            _delete_positions(conn, positions)
+            _delete_positions(conn, self.journal.database, positions)
         return set(positions)
 
     # Durable runs ---------------------------------------------------------------------------
@@ -376,6 +377,7 @@ class Pruner:
         report = seen.report
         after = ""
         table = runs_table
+        one_of = self.journal.database.one_of
         while more():
             query = (
                 select(table.c.run_id)
@@ -396,7 +398,7 @@ class Pruner:
             streams = [run_stream(r) for r in ids]
             if report.dry_run:
                 with self.journal.engine.connect() as conn:
-                    count = select(func.count()).where(one_of(conn, events_table.c.stream, streams))
+                    count = select(func.count()).where(one_of(events_table.c.stream, streams))
                     report.run_events += int(conn.execute(count).scalar() or 0)
                 report.runs += len(ids)
                 seen.show("runs")
@@ -404,15 +406,15 @@ class Pruner:
             with self.journal.transaction() as conn:
                 # Only runs still over: a run sent again meanwhile (D8) keeps its journal.
                 gone = conn.execute(
-                    delete(table).where(one_of(conn, table.c.run_id, ids), table.c.status.in_(OVER))
+                    delete(table).where(one_of(table.c.run_id, ids), table.c.status.in_(OVER))
                 ).rowcount
                 self.fault("prune-runs")
                 if gone != len(ids):
-                    still = select(table.c.run_id).where(one_of(conn, table.c.run_id, ids))
+                    still = select(table.c.run_id).where(one_of(table.c.run_id, ids))
                     kept = {row[0] for row in conn.execute(still)}
                     streams = [run_stream(r) for r in ids if r not in kept]
                 removed = conn.execute(
-                    delete(events_table).where(one_of(conn, events_table.c.stream, streams))
+                    delete(events_table).where(one_of(events_table.c.stream, streams))
                 ).rowcount
             report.runs += gone
             report.run_events += removed
@@ -421,32 +423,15 @@ class Pruner:
     # Space ----------------------------------------------------------------------------------
 
     def _return_space(self, more: Callable[[], bool]) -> None:
-        """SQLite: hand freed pages back to the file system (``auto_vacuum = INCREMENTAL``).
-
-        A journal created before retention existed has ``auto_vacuum = NONE``; its freed pages
-        stay in the file and are reused by new rows, so the file stops growing instead of
-        shrinking (``VACUUM`` once converts it, docs/retention.md).
-        """
-        if self.journal.engine.dialect.name != "sqlite":
-            return
-        with self.journal.engine.connect() as conn:
-            mode = int(conn.exec_driver_sql("PRAGMA auto_vacuum").scalar() or 0)
-        if mode != 2:
-            return
-        before = None
-        while more():
-            with self.journal.transaction() as conn:
-                free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0)
-                if free == 0 or free == before:
-                    return
-                conn.exec_driver_sql(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})")
-            before = free
+        """Hand freed pages back to the file system where the database needs it (SQLite)."""
+        journal = self.journal
+        journal.database.return_space(journal.engine, journal.transaction, more)
 
 
-def _delete_positions(conn: Connection, positions: Sequence[int]) -> None:
+def _delete_positions(conn: Connection, database: Database, positions: Sequence[int]) -> None:
     for start in range(0, len(positions), 1000):
         chunk = positions[start : start + 1000]
-        conn.execute(delete(events_table).where(one_of(conn, events_table.c.position, chunk)))
+        conn.execute(delete(events_table).where(database.one_of(events_table.c.position, chunk)))
 
 
 def _tracked(state: ScheduleState) -> set[datetime]:

@@ -22,12 +22,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, insert, select, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
+from celery_durable.core.unit_of_work import SentRun, check_run_values
 from celery_durable.message import Resend, message_json
-from celery_durable.store.journal.schema import MYSQL_DIALECTS
+from celery_durable.store.journal.database import Database
+from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import runs as runs_table
 from celery_durable.store.journal.sql import SqlJournal
 
@@ -50,6 +51,7 @@ def _resend(row: Any) -> Resend:
     return Resend.from_json(row.run_id, row.task, json.loads(row.message) if row.message else {})
 
 
+@translating
 class RunStore:
     """Reads and writes ``celery_durable_runs``. Cheap to construct; safe to share."""
 
@@ -186,38 +188,7 @@ class RunStore:
                 "updated_at": now,
                 "message": dumps(message_json((), {})),
             }
-            statement: Any = _insert_for(conn)(runs_table).values(**row)
-            inserted = conn.execute(statement.on_conflict_do_nothing(index_elements=["run_id"]))
-            return bool(inserted.rowcount)
-
-    @staticmethod
-    def record_sent_in(
-        conn: Connection, sent: Sequence[Resend], *, now: datetime, lease: float
-    ) -> None:
-        """Rows for runs the dispatcher just sent, in its transaction; existing rows stay."""
-        if not sent:
-            return
-        rows = [
-            {
-                "run_id": r.run_id,
-                "task": r.task,
-                "status": QUEUED,
-                "owner": None,
-                "lease_until": now + timedelta(seconds=lease),
-                "wake_at": None,
-                "updated_at": now,
-                "message": dumps(r.to_json()),
-            }
-            for r in sent
-        ]
-        statement: Any = _insert_for(conn)(runs_table)
-        if conn.dialect.name in MYSQL_DIALECTS:
-            # No DO NOTHING on MySQL; INSERT IGNORE would also hide other errors.
-            statement = statement.on_duplicate_key_update(run_id=runs_table.c.run_id)
-        else:
-            statement = statement.on_conflict_do_nothing(index_elements=["run_id"])
-        for start in range(0, len(rows), 1000):
-            conn.execute(statement, rows[start : start + 1000])
+            return self.journal.database.insert_new(conn, runs_table, "run_id", row)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -299,55 +270,68 @@ class RunStore:
             found = conn.execute(select(runs_table).where(runs_table.c.run_id == run_id)).first()
         return None if found is None else _resend(found)
 
-    # -- written by workers, inside their event transaction ----------------------------------
 
-    @staticmethod
-    def save_in(
-        conn: Connection,
-        run_id: str,
-        *,
-        now: datetime,
-        task: str | None = None,
-        message: Mapping[str, Any] | None = None,
-        **values: Any,
-    ) -> None:
-        """Update (or create) the row of ``run_id`` inside ``journal.transaction()``."""
-        values["updated_at"] = now
-        if message is not None:
-            values["message"] = dumps(dict(message))
-        if task is not None:
-            values["task"] = task
-        result = conn.execute(
-            update(runs_table).where(runs_table.c.run_id == run_id).values(**values)
-        )
-        if result.rowcount == 0:
-            # The dispatcher may be inserting this row at the same moment (it records a sent
-            # run after the send, and a fast worker can get there first): insert-or-update.
-            row = {
-                "status": RUNNING,
-                "task": task or "",
-                "message": dumps(message_json((), {})),
-                **values,
-                "run_id": run_id,
-            }
-            statement: Any = _insert_for(conn)(runs_table).values(**row)
-            if conn.dialect.name in MYSQL_DIALECTS:
-                conn.execute(statement.on_duplicate_key_update(**values))
-            else:
-                conn.execute(
-                    statement.on_conflict_do_update(index_elements=["run_id"], set_=values)
-                )
+def record_sent_rows(
+    conn: Connection,
+    database: Database,
+    sent: Sequence[SentRun],
+    *,
+    now: datetime,
+    lease: float,
+) -> None:
+    """Rows for runs whose message was just sent, in the caller's transaction; existing rows
+    stay (the unit of work's ``record_sent``)."""
+    if not sent:
+        return
+    rows = [
+        {
+            "run_id": r.run_id,
+            "task": r.task,
+            "status": QUEUED,
+            "owner": None,
+            "lease_until": now + timedelta(seconds=lease),
+            "wake_at": None,
+            "updated_at": now,
+            "message": dumps(r.to_json()),
+        }
+        for r in sent
+    ]
+    statement = database.insert_or_ignore(runs_table, "run_id")
+    for start in range(0, len(rows), 1000):
+        conn.execute(statement, rows[start : start + 1000])
 
 
-def _insert_for(conn: Connection) -> Any:
-    """The dialect's INSERT: ``on_conflict_do_*`` on PostgreSQL and SQLite,
-    ``on_duplicate_key_update`` on MySQL/MariaDB."""
-    return {
-        "postgresql": postgresql.insert,
-        "sqlite": sqlite.insert,
-        "mysql": mysql.insert,
-        "mariadb": mysql.insert,
-    }[conn.dialect.name]
+def save_run_row(
+    conn: Connection,
+    database: Database,
+    run_id: str,
+    values: Mapping[str, Any],
+    *,
+    now: datetime,
+) -> None:
+    """Update (or create) the row of ``run_id`` in the caller's transaction (the unit of
+    work's ``save_run``)."""
+    check_run_values(values)
+    changed = dict(values)
+    changed["updated_at"] = now
+    message = changed.pop("message", None)
+    if message is not None:
+        changed["message"] = dumps(dict(message))
+    task = changed.pop("task", None)
+    if task is not None:
+        changed["task"] = task
+    result = conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(**changed))
+    if result.rowcount == 0:
+        # The dispatcher may be inserting this row at the same moment (it records a sent run
+        # after the send, and a fast worker can get there first): insert-or-update.
+        row = {
+            "status": RUNNING,
+            "task": task or "",
+            "message": dumps(message_json((), {})),
+            **changed,
+            "run_id": run_id,
+        }
+        conn.execute(database.insert_or_update(runs_table, "run_id", changed).values(**row))
 
 
 def due_filter(now: datetime) -> Any:

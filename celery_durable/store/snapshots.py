@@ -25,8 +25,9 @@ from celery_durable.core.journal import StoredEvent
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState, fold
 from celery_durable.core.schedule_events import from_stored
 from celery_durable.errors import JournalError
+from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import snapshots as snapshots_table
-from celery_durable.store.journal.sql import SqlJournal, one_of
+from celery_durable.store.journal.sql import SqlJournal
 
 __all__ = ["Snapshot", "SnapshotLookup", "SnapshotStore", "fold_stream", "fold_with_snapshots"]
 
@@ -42,6 +43,7 @@ class Snapshot:
     pruned_through: datetime | None = None
 
 
+@translating
 class SnapshotStore:
     """Reads and writes ``celery_durable_snapshots``."""
 
@@ -60,7 +62,9 @@ class SnapshotStore:
             else:
                 streams = [schedule_stream(s) for s in schedule_ids]
                 for start in range(0, len(streams), 1000):
-                    where = one_of(conn, table.c.stream, streams[start : start + 1000])
+                    where = self.journal.database.one_of(
+                        table.c.stream, streams[start : start + 1000]
+                    )
                     rows.extend(conn.execute(query.where(where)))
         found: dict[str, Snapshot] = {}
         for stream, text, pruned in rows:

@@ -52,8 +52,7 @@ from celery_durable.core.run_aggregate import (
 from celery_durable.errors import DurableError, StepFailed
 from celery_durable.message import PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.journal.sql import Transaction, journal_errors
-from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED, RunStore
+from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED
 from celery_durable.worker.context import Changed, RunContext, Suspend, current_run
 from celery_durable.worker.steps import cancelled, step_failed
 
@@ -126,15 +125,9 @@ def _resend(run: RunContext, child: str, task: str, args: Any, kwargs: Any) -> R
 
 
 def _store_starts(run: RunContext, events: list[NewEvent], sends: list[Resend]) -> None:
-    """Append ``events`` with the children's rows in one transaction, then send them."""
-    runtime = run.runtime
-    lease = runtime.config.run_lease
-
-    def rows(conn: Transaction) -> None:
-        RunStore.record_sent_in(conn, sends, now=run.now(), lease=lease)
-
-    run.append(events, also=rows if sends else None)
-    _send(runtime, sends)
+    """Append ``events`` with the children's rows in one unit of work, then send them."""
+    run.append(events, sent=sends)
+    _send(run.runtime, sends)
 
 
 def _send(runtime: Runtime, sends: list[Resend]) -> None:
@@ -367,10 +360,7 @@ def _outcomes(
 
 
 def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunState:
-    with journal_errors():
-        events = runtime.journal.read_stream(
-            run_stream(run_id), 0 if state is None else state.version
-        )
+    events = runtime.journal.read_stream(run_stream(run_id), 0 if state is None else state.version)
     return fold(events, state)
 
 

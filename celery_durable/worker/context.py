@@ -33,10 +33,10 @@ from celery_durable.core.run_aggregate import (
     fold,
     stored_at,
 )
+from celery_durable.core.unit_of_work import SentRun
 from celery_durable.errors import DurableError, JournalUnavailable
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.journal.sql import Transaction, connection_lost, journal_errors
-from celery_durable.store.runs import RUNNING, SUSPENDED, RunStore
+from celery_durable.store.runs import RUNNING, SUSPENDED
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -229,13 +229,13 @@ class RunContext:
         row: dict[str, Any] | None = None,
         *,
         abort_if: Callable[[], bool] | None = None,
-        also: Callable[[Transaction], None] | None = None,
+        sent: Sequence[SentRun] = (),
     ) -> None:
         """Append ``events`` at the version in memory; fold them into the state.
 
-        ``row``: values for the run's row in ``celery_durable_runs``, written in the same
-        transaction; ``also(conn)`` writes more in it (the rows of children being started).
-        The lease is renewed in the same commit once half of it has passed.
+        ``row``: values for the run's row in the run table, and ``sent``: rows for runs just
+        sent (children being started), written in the same unit of work. The lease is renewed
+        in the same commit once half of it has passed.
         Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
         :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
         """
@@ -253,11 +253,7 @@ class RunContext:
                 values = values or {}
                 values.setdefault("lease_until", until)
                 values.setdefault("owner", self.owner)
-            version = self._write(batch, values, now, also)
-            start = self.state.version
-            for offset, new in enumerate(batch, start=1):
-                apply(self.state, start + offset, new.type, new.data)
-            self.state.version = version
+            self.stored(batch, self._write(batch, values, now, sent))
             if renewing:
                 self.lease_until = self.state.claim.lease_until if self.state.claim else None
 
@@ -269,20 +265,28 @@ class RunContext:
         with self.lock:
             retry_on_conflict(attempt, reread=reread, what=f"run {self.run_id!r}")
 
+    def stored(self, batch: Sequence[NewEvent], version: int) -> None:
+        """Fold ``batch``, just stored at the version in memory, into the state (``version``:
+        the stream's version after it)."""
+        start = self.state.version
+        for offset, new in enumerate(batch, start=1):
+            apply(self.state, start + offset, new.type, new.data)
+        self.state.version = version
+
     def _write(
         self,
         batch: list[NewEvent],
         values: dict[str, Any] | None,
         now: datetime,
-        also: Callable[[Transaction], None] | None = None,
+        sent: Sequence[SentRun] = (),
     ) -> int:
         """Store ``batch``; a connection that dies under it is replaced once before the
         delivery gives up (a step's side effect has happened: its result must not be lost
         to a server restart between two steps)."""
         try:
-            return self._write_now(batch, values, now, also)
+            return self.write(batch, values, now, sent)
         except JournalUnavailable as exc:
-            if not connection_lost(exc.__cause__):
+            if not exc.connection_lost:
                 raise
             log.warning(
                 "run %r: the journal connection was lost while storing %s; "
@@ -290,12 +294,11 @@ class RunContext:
                 self.run_id, ", ".join(new.type for new in batch), extra={"run_id": self.run_id},
             )  # fmt: skip
             landed = self._landed(batch)
-            return landed if landed is not None else self._write_now(batch, values, now, also)
+            return landed if landed is not None else self.write(batch, values, now, sent)
 
     def _landed(self, batch: list[NewEvent]) -> int | None:
         """The stream's version if ``batch`` was committed although its reply was lost."""
-        with journal_errors():
-            stored = self.journal.read_stream(self.stream, self.state.version)
+        stored = self.journal.read_stream(self.stream, self.state.version)
         head = stored[: len(batch)]
         if len(head) == len(batch) and all(
             (s.type, s.data) == (new.type, new.data) for s, new in zip(head, batch, strict=True)
@@ -303,31 +306,28 @@ class RunContext:
             return self.state.version + len(batch)
         return None
 
-    def _write_now(
+    def write(
         self,
-        batch: list[NewEvent],
+        batch: Sequence[NewEvent],
         values: dict[str, Any] | None,
         now: datetime,
-        also: Callable[[Transaction], None] | None = None,
+        sent: Sequence[SentRun] = (),
     ) -> int:
-        with journal_errors():
-            if values is None and also is None:
-                return self.journal.append(self.stream, self.state.version, batch)
-            with self.journal.transaction() as conn:
-                append = Append(
-                    stream=self.stream, expected_version=self.state.version, events=batch
-                )
-                version = self.journal.append_in(conn, [append])[0]
-                if values is not None:
-                    RunStore.save_in(conn, self.run_id, now=now, **values)
-                if also is not None:
-                    also(conn)
-            return version
+        """The one write of a run's events and its row: ``batch`` at the version in memory,
+        the row's ``values`` and the rows of runs ``sent``, in one unit of work; the stream's
+        new version. ``AppendConflict`` when another writer got there first."""
+        append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
+        with self.runtime.store.unit_of_work() as unit:
+            version = unit.append([append])[0]
+            if values is not None:
+                unit.save_run(self.run_id, values, now=now)
+            if sent:
+                unit.record_sent(sent, now=now, lease=self.lease)
+        return version
 
     def catch_up(self) -> None:
         """Fold what others appended; raise :class:`LostClaim` if the run is no longer ours."""
-        with journal_errors():
-            fold(self.journal.read_stream(self.stream, self.state.version), self.state)
+        fold(self.journal.read_stream(self.stream, self.state.version), self.state)
         claim = self.state.claim
         if claim is None or claim.owner != self.owner or self.state.ended:
             raise LostClaim()

@@ -17,6 +17,7 @@ from celery_durable.core.ids import run_stream
 from celery_durable.core.journal import NewEvent
 from celery_durable.core.replay import Divergence, OldBranch, Step, first_divergence_at
 from celery_durable.core.run_aggregate import Position, PositionId, RunState, fold
+from celery_durable.core.unit_of_work import SentRun
 from celery_durable.message import decode_args
 from celery_durable.worker.context import RunContext
 
@@ -67,7 +68,7 @@ class ReplayContext(RunContext):
         row: dict[str, Any] | None = None,
         *,
         abort_if: Callable[[], bool] | None = None,
-        also: Callable[[Any], None] | None = None,
+        sent: Sequence[SentRun] = (),
     ) -> None:
         raise _Stop()
 

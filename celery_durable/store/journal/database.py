@@ -6,7 +6,9 @@ holds what depends on the server: engine defaults and connection set-up, how a w
 transaction begins, how the writers of an ordered category are serialised, how many rows go
 in at once, and which driver error means "another writer stored this version first". There is
 one module per database (:mod:`.sqlite`, :mod:`.postgres`, :mod:`.mysql`), as DBOS keeps one
-system-database module per server.
+system-database module per server. The other tables of the store (the run table, the schedule
+index) write their rows through the same object: an insert that leaves an existing row alone,
+an insert-or-update, an upsert that keeps the higher version, ``IN`` over many values.
 """
 
 from __future__ import annotations
@@ -15,10 +17,22 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Integer, String, Text, and_, bindparam, exists, insert, literal, or_, select
+from sqlalchemy import (
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    exists,
+    insert,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.sql import Insert, Subquery
+from sqlalchemy.sql import ColumnElement, Insert, Subquery
 
 from celery_durable.store.journal import schema
 from celery_durable.store.journal.encoding import (
@@ -148,3 +162,45 @@ class Database:
         return (
             "celery_durable_events.stream" in message and "celery_durable_events.version" in message
         )
+
+    # -- rows of the library's other tables --------------------------------------------------------
+
+    def insert(self, table: Table) -> Any:
+        """The dialect's ``INSERT`` (the one with its conflict clauses)."""
+        raise NotImplementedError
+
+    def insert_or_ignore(self, table: Table, key: str) -> Any:
+        """An ``INSERT`` that leaves a row whose ``key`` exists alone, for many rows at once.
+
+        Its row count is not the number of rows inserted on every database: ask
+        :meth:`insert_new` for one row when that matters.
+        """
+        return self.insert(table).on_conflict_do_nothing(index_elements=[key])
+
+    def insert_or_update(self, table: Table, key: str, values: Mapping[str, Any]) -> Any:
+        """An ``INSERT`` whose row, when ``key`` exists, sets ``values`` on the existing one."""
+        return self.insert(table).on_conflict_do_update(index_elements=[key], set_=dict(values))
+
+    def insert_newer(self, table: Table, key: str, columns: Sequence[str], version: str) -> Any:
+        """An upsert on ``key`` that takes the new ``columns`` only when the new ``version`` is
+        not lower than the stored one (a projection's rows never go back)."""
+        stmt = self.insert(table)
+        return stmt.on_conflict_do_update(
+            index_elements=[table.c[key]],
+            set_={c: stmt.excluded[c] for c in columns},
+            where=table.c[version] <= stmt.excluded[version],
+        )
+
+    def insert_new(self, conn: Connection, table: Table, key: str, row: Mapping[str, Any]) -> bool:
+        """Insert one row unless ``key`` exists; whether it was inserted."""
+        return bool(conn.execute(self.insert_or_ignore(table, key).values(**row)).rowcount)
+
+    def one_of(self, column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
+        """``column IN values``."""
+        return column.in_(values)
+
+    def return_space(
+        self, engine: Engine, write_connection: WriteConnection, more: Callable[[], bool]
+    ) -> None:
+        """Hand the pages freed by deletes back to the file system, while ``more()`` (SQLite);
+        the servers reuse them by themselves."""

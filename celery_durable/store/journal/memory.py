@@ -53,7 +53,9 @@ class MemoryJournal:
     """Append-only event streams in memory, safe across the threads of one process."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()
+        """Held by every read and write, and for the whole of a memory store's unit of work
+        (:class:`~celery_durable.store.memory.MemoryStore`), as one SQLite writer at a time."""
         self._rows: list[_Row] = []  # in position order; position = index + 1
         self._streams: dict[str, list[_Row]] = {}
         self._categories: dict[str, list[_Row]] = {}
@@ -79,25 +81,36 @@ class MemoryJournal:
             self._store(appends, rows)
 
     def _store(self, appends: Sequence[Append], rows: list[dict[str, object]]) -> None:
-        with self._lock:
-            self._check_open()
-            conflict = first_misfit(appends, self._version)
-            if conflict is not None:
-                raise conflict
-            now = datetime.now(UTC)
-            for values in rows:
-                row = _Row(
-                    position=len(self._rows) + 1,
-                    stream=str(values["stream"]),
-                    version=int(str(values["version"])),
-                    category=str(values["category"]),
-                    type=str(values["type"]),
-                    data=str(values["data"]),
-                    recorded_at=now,
-                )
-                self._rows.append(row)
-                self._streams.setdefault(row.stream, []).append(row)
-                self._categories.setdefault(row.category, []).append(row)
+        with self.lock:
+            self.check(appends, {})
+            self.commit(rows)
+
+    def check(self, appends: Sequence[Append], staged: dict[str, int]) -> None:
+        """Raise the ``AppendConflict`` of the first append that does not fit, counting the
+        versions ``staged`` in an open unit of work (hold :attr:`lock`)."""
+        self._check_open()
+        conflict = first_misfit(
+            appends, lambda stream: staged[stream] if stream in staged else self._version(stream)
+        )
+        if conflict is not None:
+            raise conflict
+
+    def commit(self, rows: Sequence[dict[str, object]]) -> None:
+        """Store checked rows (from ``encoding._rows``) in order (hold :attr:`lock`)."""
+        now = datetime.now(UTC)
+        for values in rows:
+            row = _Row(
+                position=len(self._rows) + 1,
+                stream=str(values["stream"]),
+                version=int(str(values["version"])),
+                category=str(values["category"]),
+                type=str(values["type"]),
+                data=str(values["data"]),
+                recorded_at=now,
+            )
+            self._rows.append(row)
+            self._streams.setdefault(row.stream, []).append(row)
+            self._categories.setdefault(row.category, []).append(row)
 
     def _version(self, stream: str) -> int:
         found = self._streams.get(stream)
@@ -108,7 +121,7 @@ class MemoryJournal:
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
         _check_int("after_version", after_version)
-        with self._lock:
+        with self.lock:
             self._check_open()
             rows = self._streams.get(stream, [])[after_version:]  # version n is at index n - 1
         return [row.stored() for row in rows]
@@ -120,7 +133,7 @@ class MemoryJournal:
         _check_int("after_position", after_position)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive int, not {limit!r}")
-        with self._lock:
+        with self.lock:
             self._check_open()
             if category is None:
                 rows = self._rows[after_position : after_position + limit]
@@ -132,7 +145,7 @@ class MemoryJournal:
 
     def head(self, category: str | None = None) -> int:
         """The highest stored position (of the category), 0 when there is none."""
-        with self._lock:
+        with self.lock:
             self._check_open()
             rows = self._rows if category is None else self._categories.get(category, [])
             return rows[-1].position if rows else 0

@@ -17,10 +17,10 @@ import select as io_select
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, bindparam, event, func, select
+from sqlalchemy import String, Table, bindparam, case, event, func, insert, select
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
 
 from celery_durable.errors import JournalError
 from celery_durable.store.journal import schema
@@ -160,6 +160,40 @@ class MysqlDatabase(Database):
             return
         if missing:
             log.warning("recreated %d missing row(s) of celery_durable_locks", missing)
+
+    def insert(self, table: Table) -> Any:
+        return mysql.insert(table)
+
+    def insert_or_ignore(self, table: Table, key: str) -> Any:
+        # No DO NOTHING on MySQL, and INSERT IGNORE would also hide other errors: the key is
+        # set to itself. The row count then counts found rows too (CLIENT_FOUND_ROWS).
+        return self.insert(table).on_duplicate_key_update({key: table.c[key]})
+
+    def insert_or_update(self, table: Table, key: str, values: Mapping[str, Any]) -> Any:
+        return self.insert(table).on_duplicate_key_update(**values)
+
+    def insert_newer(self, table: Table, key: str, columns: Sequence[str], version: str) -> Any:
+        """``ON DUPLICATE KEY UPDATE`` where each column takes the new value only when the new
+        version is not lower. ``version`` comes last: MySQL applies the assignments left to
+        right, and the others compare against the old version."""
+        stmt = self.insert(table)
+        newer = table.c[version] <= stmt.inserted[version]
+        ordered = [c for c in columns if c != version] + [version]
+        return stmt.on_duplicate_key_update(
+            [(c, case((newer, stmt.inserted[c]), else_=table.c[c])) for c in ordered]
+        )
+
+    def insert_new(self, conn: Connection, table: Table, key: str, row: Mapping[str, Any]) -> bool:
+        # The row count of insert_or_ignore cannot tell; a duplicate key rolls back only its
+        # own statement (the savepoint), never the caller's transaction.
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(table).values(**row))
+        except IntegrityError as exc:
+            if getattr(exc.orig, "args", (None,))[0] != _ER_DUP_ENTRY:
+                raise
+            return False
+        return True
 
     def is_version_conflict(self, exc: DBAPIError) -> bool:
         """A duplicate ``(stream, version)``, or a deadlock between two appends: InnoDB has

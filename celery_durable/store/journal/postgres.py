@@ -12,9 +12,11 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Table, bindparam, func, select
+from sqlalchemy import ARRAY, BigInteger, Table, any_, bindparam, func, literal, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql import ColumnElement
 
 from celery_durable.store.journal import schema
 from celery_durable.store.journal.database import (
@@ -73,6 +75,15 @@ class PostgresDatabase(Database):
 
     def take_lock(self, conn: Connection, category: str) -> None:
         conn.execute(_LOCK_STMT, {"key": self._key(category)})
+
+    def insert(self, table: Table) -> Any:
+        return postgresql.insert(table)
+
+    def one_of(self, column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
+        """``column = ANY(:values)``: one array parameter, so the statement text stays the same
+        whatever the number of values (neither SQLAlchemy nor psycopg renders and parses a
+        placeholder per value, measurable with 1,000 of them)."""
+        return column == any_(literal(list(values), type_=ARRAY(column.type)))
 
     def locked_insert(self, category: str, rows: Sequence[dict[str, Any]]) -> Any:
         key = self._key(category)

@@ -27,28 +27,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    ARRAY,
-    Table,
-    any_,
-    create_engine,
-    func,
-    literal,
-    select,
-)
+from sqlalchemy import Table, create_engine, func, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
-    DisconnectionError,
     IntegrityError,
     InterfaceError,
     OperationalError,
-    PendingRollbackError,
     ProgrammingError,
     SQLAlchemyError,
 )
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import Select
 
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
@@ -61,6 +51,7 @@ from celery_durable.store.journal.encoding import (
     encode_data,
     first_misfit,
 )
+from celery_durable.store.journal.errors import one_line, translated
 from celery_durable.store.journal.mysql import MysqlDatabase
 from celery_durable.store.journal.postgres import PostgresDatabase, advisory_key, copy_rows
 from celery_durable.store.journal.sqlite import SqliteDatabase
@@ -76,10 +67,8 @@ __all__ = [
     "EngineOptionsRefused",
     "SqlJournal",
     "advisory_key",
-    "connection_lost",
     "copy_rows",
     "encode_data",
-    "one_of",
     "open_journal",
     "read_all_query",
 ]
@@ -94,41 +83,6 @@ _events = schema.events
 _DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg_binary": "postgres", "psycopg_c": "postgres"}
 
 
-JOURNAL_AWAY: tuple[type[Exception], ...] = (
-    OperationalError,
-    InterfaceError,
-    PendingRollbackError,
-    DisconnectionError,
-)
-"""The database layer's errors that mean the journal cannot be reached right now (the server is
-down, refused or dropped the connection): what beat and workers wait out instead of failing."""
-
-DatabaseError = SQLAlchemyError
-"""Any error of the database layer (for callers that must not import it themselves)."""
-
-Transaction = Connection
-"""The connection of a write transaction from :meth:`SqlJournal.transaction`: what a caller
-hands to the store's ``…_in(conn, …)`` writes so that they commit together."""
-
-
-@contextmanager
-def journal_errors() -> Iterator[None]:
-    """Turn a lost journal connection in the library's own reads and writes into
-    :class:`JournalUnavailable`, so it is never mistaken for a failure of the task body."""
-    try:
-        yield
-    except JOURNAL_AWAY as exc:
-        raise JournalUnavailable(f"journal unavailable: {type(exc).__name__}: {exc}") from exc
-
-
-def connection_lost(error: BaseException | None) -> bool:
-    """Whether ``error`` says the database connection itself died (the server closed it, the
-    network dropped it): the statement may be tried once more on a fresh connection."""
-    if isinstance(error, DisconnectionError):
-        return True
-    return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
-
-
 class EngineOptionsRefused(ValueError):
     """``create_engine`` refused the engine options (an unknown keyword, a wrong type)."""
 
@@ -138,7 +92,7 @@ def _create_engine(url: Any, options: dict[str, Any], shown: str) -> Engine:
     try:
         return create_engine(url, **options)
     except (ArgumentError, TypeError) as exc:  # an option create_engine or the pool refuses
-        raise EngineOptionsRefused(f"engine options of {shown} refused: {_one_line(exc)}") from exc
+        raise EngineOptionsRefused(f"engine options of {shown} refused: {one_line(exc)}") from exc
     except ModuleNotFoundError as exc:
         module = (exc.name or "").partition(".")[0]
         extra = _DRIVER_EXTRAS.get(module)
@@ -149,11 +103,6 @@ def _create_engine(url: Any, options: dict[str, Any], shown: str) -> Engine:
             f"pip install 'celery-durable[{extra}]'",
             missing_module=module,
         ) from exc
-
-
-def _one_line(error: BaseException | None) -> str:
-    """A driver's error message on one line (libpq adds a tab-indented hint line)."""
-    return " ".join(str(error).split())
 
 
 _BULK_ROWS = 64
@@ -278,11 +227,11 @@ class SqlJournal:
             except (OperationalError, InterfaceError) as exc:
                 # Connection refused, server down, database locked: it may come back.
                 raise JournalUnavailable(
-                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                    f"cannot open the journal at {self.url}: {one_line(exc.orig)}"
                 ) from exc
             except DBAPIError as exc:
                 raise JournalError(
-                    f"cannot open the journal at {self.url}: {_one_line(exc.orig)}"
+                    f"cannot open the journal at {self.url}: {one_line(exc.orig)}"
                 ) from exc
 
     def close(self) -> None:
@@ -366,7 +315,7 @@ class SqlJournal:
         """Append events to one stream in their own transaction; return its new version."""
         appends = [Append(stream=stream, expected_version=expected_version, events=events)]
         rows, versions = _rows(appends)
-        with self.transaction() as conn:
+        with self.writing() as conn:
             self._append_rows(conn, appends, rows)
         return versions[0]
 
@@ -379,8 +328,15 @@ class SqlJournal:
         rows, _ = _rows(appends, allow_empty=True)
         if not rows:
             return
-        with self.transaction() as conn:
+        with self.writing() as conn:
             self._append_rows(conn, appends, rows)
+
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A :meth:`transaction` whose database errors leave as the library's own
+        (:mod:`.errors`): what the store's units of work and the public appends use."""
+        with translated(self.url, "write to"), self.transaction() as conn:
+            yield conn
 
     def _append_rows(
         self, conn: Connection, appends: Sequence[Append], rows: list[dict[str, Any]]
@@ -445,7 +401,7 @@ class SqlJournal:
         for start in range(0, len(names), 1000):
             query = (
                 select(_events.c.stream, func.max(_events.c.version))
-                .where(one_of(conn, _events.c.stream, names[start : start + 1000]))
+                .where(self.database.one_of(_events.c.stream, names[start : start + 1000]))
                 .group_by(_events.c.stream)
             )
             current.update((stream, int(version)) for stream, version in conn.execute(query))
@@ -483,7 +439,7 @@ class SqlJournal:
                     chunk = streams[start : start + 500]
                     query = (
                         select(_events.c.stream, func.max(_events.c.version))
-                        .where(one_of(reader, _events.c.stream, chunk))
+                        .where(self.database.one_of(_events.c.stream, chunk))
                         .group_by(_events.c.stream)
                     )
                     heads.update({s: int(v) for s, v in reader.execute(query).all()})
@@ -498,27 +454,13 @@ class SqlJournal:
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
+        """A connection for the public reads; a refused or lost connection leaves as
+        :class:`JournalUnavailable` (one line, password masked), so that a web view can answer
+        "try again later" by catching one exception (docs/flask.md)."""
         self.ensure_ready()
         # On SQLite each read is one SELECT in autocommit mode: a statement is its own snapshot.
-        with self._core.connect() as conn:
+        with translated(self.url, "read"), self._core.connect() as conn:
             yield conn
-
-    @contextmanager
-    def unavailable_when_away(self) -> Iterator[None]:
-        """Inside, a refused or lost connection raises :class:`JournalUnavailable` (one line,
-        password masked) instead of the driver's error.
-
-        The first use of a journal already fails that way (:meth:`ensure_ready`); the public
-        reads of run state use this so that they fail the same way after it, and a web view
-        can answer "try again later" by catching one exception (docs/flask.md). The library's
-        own loops keep the driver's error: they retry or translate it themselves.
-        """
-        try:
-            yield
-        except (OperationalError, InterfaceError) as exc:
-            raise JournalUnavailable(
-                f"cannot read the journal at {self.url}: {_one_line(exc.orig)}"
-            ) from exc
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
@@ -557,7 +499,7 @@ class SqlJournal:
                 chunk = wanted[start : start + 1000]
                 query = (
                     select(*_EVENT_COLUMNS)
-                    .where(one_of(conn, _events.c.position, chunk))
+                    .where(self.database.one_of(_events.c.position, chunk))
                     .order_by(_events.c.position)
                 )
                 found.extend(_stored(row) for row in conn.execute(query))
@@ -602,19 +544,6 @@ def database_for(url: URL, shown: str, *, sqlite_synchronous: str = "FULL") -> D
 def open_journal(url: str, **options: Any) -> SqlJournal:
     """Build a :class:`SqlJournal` (nothing connects until it is first used)."""
     return SqlJournal(url, **options)
-
-
-def one_of(
-    conn: Connection, column: ColumnElement[Any], values: Sequence[Any]
-) -> ColumnElement[bool]:
-    """``column IN values``; on PostgreSQL one array parameter (``column = ANY(:values)``).
-
-    The statement text then stays the same whatever the number of values: neither SQLAlchemy
-    nor psycopg renders and parses a placeholder per value (measurable with 1,000 of them).
-    """
-    if conn.dialect.name == "postgresql":
-        return column == any_(literal(list(values), type_=ARRAY(column.type)))
-    return column.in_(values)
 
 
 # -- fork safety ---------------------------------------------------------------------------------

@@ -12,10 +12,11 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Table, event
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
 from celery_durable.errors import JournalError
@@ -32,6 +33,8 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: Execution option for ``journal.engine``: on SQLite, transactions of a connection carrying it
 #: start with ``BEGIN IMMEDIATE`` (``journal.engine.execution_options(celery_durable_write=True)``).
 WRITE_OPTION = "celery_durable_write"
+VACUUM_PAGES = 2000
+"""Pages :meth:`SqliteDatabase.return_space` hands back per transaction."""
 
 
 class SqliteDatabase(Database):
@@ -77,6 +80,32 @@ class SqliteDatabase(Database):
     ) -> None:
         with write_connection() as conn:  # BEGIN IMMEDIATE serialises the initialisers
             schema.ensure_schema(conn)
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+    def return_space(
+        self, engine: Engine, write_connection: WriteConnection, more: Callable[[], bool]
+    ) -> None:
+        """Hand freed pages back to the file system (``auto_vacuum = INCREMENTAL``), a few at
+        a time, while ``more()``.
+
+        A journal created before retention existed has ``auto_vacuum = NONE``; its freed pages
+        stay in the file and are reused by new rows, so the file stops growing instead of
+        shrinking (``VACUUM`` once converts it, docs/retention.md).
+        """
+        with engine.connect() as conn:
+            mode = int(conn.exec_driver_sql("PRAGMA auto_vacuum").scalar() or 0)
+        if mode != 2:
+            return
+        before = None
+        while more():
+            with write_connection() as conn:
+                free = int(conn.exec_driver_sql("PRAGMA freelist_count").scalar() or 0)
+                if free == 0 or free == before:
+                    return
+                conn.exec_driver_sql(f"PRAGMA incremental_vacuum({VACUUM_PAGES})")
+            before = free
 
     def begin_write(self, conn: Connection) -> None:
         # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's begin()
