@@ -576,3 +576,45 @@ def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
     finally:
         durable.close()
         proxy.cut()
+
+
+@pytest.mark.timeout(60)
+def test_a_schedule_whose_stream_is_behind_its_index_row_does_not_hang_the_tick(
+    durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal restored from a backup older than its index: the index row of "behind" folds
+    events its stream no longer holds, so every append at the row's version conflicts. The
+    tick leaves that schedule out after the conflict limit with one ERROR line naming the
+    rebuild, sends the other schedule's run, and looks at "behind" again at the next tick."""
+    import sqlalchemy as sa
+
+    from celery_durable.store.journal.schema import events
+
+    durable.schedules.create("behind", "backup", "/srv/a", Every(timedelta(seconds=10)))
+    durable.schedules.create("fine", "backup", "/srv/b", Every(timedelta(seconds=10)))
+    first = durable.dispatcher()
+    for _ in range(3):
+        clock.advance(seconds=10)
+        first.tick()
+    first.close()  # the index rows of both are at their streams' versions
+    broker.take()
+    assert durable.index.load(["behind"])["behind"].version == 7  # created + 3 × (decided, started)
+    with durable.journal.engine.begin() as conn:  # the backup ends before the last two events
+        conn.execute(
+            sa.delete(events).where(events.c.stream == "schedule/behind", events.c.version > 5)
+        )
+    dispatcher = durable.dispatcher()
+    clock.advance(seconds=10)
+    with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
+        dispatcher.tick()
+    assert broker.ids() == ["fine@2026-11-02T12:00:40.0000000Z"]
+    gave_up = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(gave_up) == 1 and "'behind'" in gave_up[0], gave_up
+    assert "celery durable index rebuild" in gave_up[0]
+    caplog.clear()
+    clock.advance(seconds=10)
+    with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
+        dispatcher.tick()  # "behind" was not dropped: it is decided (and refused) again
+    assert broker.ids() == ["fine@2026-11-02T12:00:50.0000000Z"]
+    assert ["'behind'" in r.getMessage() for r in caplog.records] == [True]
+    dispatcher.close()

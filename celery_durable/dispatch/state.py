@@ -189,13 +189,17 @@ class StateCache:
             heapq.heappush(self._heap, (when, sid))
 
     def pop_due(self, now: datetime) -> list[str]:
-        """The schedules whose attention time has come, each once, earliest first."""
+        """The schedules whose attention time has come, each once, earliest first.
+
+        They are off the heap until :meth:`watch` puts them back (the dispatcher does, for
+        every schedule of a round, when the round ends): a schedule whose round decided
+        nothing, and so keeps its attention time, is looked at again.
+        """
         due: list[str] = []
-        seen: set[str] = set()
         while self._heap and self._heap[0][0] <= now:
             when, sid = heapq.heappop(self._heap)
-            if self._attention.get(sid) == when and sid not in seen:
-                seen.add(sid)
+            if self._attention.get(sid) == when:
+                del self._attention[sid]
                 due.append(sid)
         return due
 
