@@ -61,11 +61,11 @@ from celery_durable.core.schedule_aggregate import (
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
-    RunEnded,
+    RunEndReported,
     RunFailedToStart,
     RunMissed,
+    RunSent,
     RunSkipped,
-    RunStarted,
     ScheduleEvent,
     from_stored,
     to_new_event,
@@ -709,7 +709,7 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
                 "reason": event.reason,
                 "decided_at": event.at,
             }
-        elif isinstance(event, RunStarted) and event.due in runs:
+        elif isinstance(event, RunSent) and event.due in runs:
             runs[event.due].update(state="started", started_at=event.at)
         elif isinstance(event, RunFailedToStart) and event.due in runs:
             runs[event.due].update(state="failed_to_start", error=event.error)
@@ -724,7 +724,7 @@ def runs_of(schedule_id: str, events: list[ScheduleEvent]) -> list[RunView]:
                 "error": event.reason,
                 "decided_at": event.at,
             }
-        elif isinstance(event, RunEnded) and event.due in runs:
+        elif isinstance(event, RunEndReported) and event.due in runs:
             runs[event.due]["outcome"] = event.outcome
     return [RunView(**runs[due]) for due in sorted(runs, reverse=True)]
 

@@ -64,9 +64,9 @@ def announce(
         RunDecided,
         RunFailedToStart,
         RunMissed,
+        RunSent,
         RunSkipped,
         RunsMissed,
-        RunStarted,
     )
 
     if isinstance(event, RunDecided):
@@ -81,7 +81,7 @@ def announce(
             event.run_id, sid, time_to_json(event.due), lag, extra=fields,
         )  # fmt: skip
         run_decided.send(sender=sender, reason=event.reason, **fields)
-    elif isinstance(event, RunStarted):
+    elif isinstance(event, RunSent):
         if not (run_started.receivers or log.isEnabledFor(logging.DEBUG)):
             return
         lag = (event.at - event.due).total_seconds()

@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from celery_durable import Blackout, Durable, Every, InvalidSchedule, OnBlackout
-from celery_durable.core.schedule_events import RunDecided, RunSkipped, RunStarted
+from celery_durable.core.schedule_events import RunDecided, RunSent, RunSkipped
 from tests import test_dispatcher as base
 from tests.support.clock import T0, FakeClock
 from tests.test_dispatcher import Broker
@@ -69,7 +69,7 @@ def test_a_global_window_set_at_run_time_is_honoured_within_a_second(
         clock.set(T0 + seconds * S)
         d.tick()
     events = durable._store.events("b")
-    assert [e.due - T0 for e in events if isinstance(e, RunStarted)] == [10 * S, 40 * S]
+    assert [e.due - T0 for e in events if isinstance(e, RunSent)] == [10 * S, 40 * S]
     assert [(e.due - T0, e.reason) for e in events if isinstance(e, RunSkipped)] == [
         (20 * S, "blackout deploy"),
         (30 * S, "blackout deploy"),

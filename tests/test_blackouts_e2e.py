@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from celery_durable import Blackout, Durable, Every
-from celery_durable.core.schedule_events import RunDecided, RunSkipped, RunStarted
+from celery_durable.core.schedule_events import RunDecided, RunSent, RunSkipped
 from tests.support.processes import running_process, wait_for
 from tests.test_beat_e2e import beat_cmd, worker_cmd
 
@@ -52,7 +52,7 @@ def test_a_global_window_set_while_beat_runs_defers_to_one_run_at_its_end(
             api.blackouts.set([Blackout.between("deploy", start, end)], reason="e2e")
             wait_for(
                 lambda: any(e.due > end for e in api._store.events("each-second")
-                            if isinstance(e, RunStarted)),
+                            if isinstance(e, RunSent)),
                 timeout=30,
                 processes=[worker, beat],
             )  # fmt: skip
@@ -64,7 +64,7 @@ def test_a_global_window_set_while_beat_runs_defers_to_one_run_at_its_end(
         sink.close()
     assert deferred.blackout == "deploy" and deferred.send_at == end
     assert start <= deferred.due < end
-    started = {e.due: e.at for e in events if isinstance(e, RunStarted)}
+    started = {e.due: e.at for e in events if isinstance(e, RunSent)}
     assert started[deferred.due] >= end  # sent when the window ended, not before
     assert not [at for due, at in started.items() if start <= at < end], "nothing started inside"
     inside = [

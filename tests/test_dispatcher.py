@@ -1,10 +1,16 @@
-"""The dispatcher core with a fake clock on real journals and a real Redis broker (SPEC §4, §5)."""
+"""The dispatcher core with a fake clock and a real Redis broker (SPEC §4, §5).
+
+What the dispatcher decides does not depend on the store: those tests (``durable``) run on a
+memory store. What does (a restart reading the index, another process's writes, the lease, a
+burst's writer thread, a failed round, a stream behind its index) runs on every store
+(``any_durable``: memory, SQLite, PostgreSQL, MariaDB) or on every SQL database.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlsplit
 
@@ -23,10 +29,12 @@ from celery_durable import (
     Weekly,
 )
 from celery_durable.core.schedule_aggregate import DecideDue
+from celery_durable.store.memory import MemoryStore
 from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import TcpProxy, app_behind_proxy
 
 UTC = timezone.utc
+S = timedelta(seconds=1)
 
 
 class Broker:
@@ -66,7 +74,48 @@ def app(redis_url: str) -> Celery:
 
 
 @pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+def durable(app: Celery, clock: FakeClock) -> Iterator[Durable]:
+    """A Durable on a memory store: the dispatcher's decisions need no database."""
+    d = Durable(app, store=MemoryStore(), clock=clock)
+    yield d
+    d.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+def make_durable(
+    request: pytest.FixtureRequest, app: Celery, clock: FakeClock
+) -> Iterator[Callable[[], Durable]]:
+    """Makes Durables on one store, as processes sharing a journal: the memory store and each
+    SQL database (for what the store takes part in)."""
+    made: list[Durable] = []
+    store = MemoryStore()
+    url = None
+    if request.param != "memory":
+        fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}
+        url = str(request.getfixturevalue(fixture[request.param]))
+
+    def make() -> Durable:
+        made.append(
+            Durable(app, store=store, clock=clock)
+            if url is None
+            else Durable(app, url, clock=clock)
+        )
+        return made[-1]
+
+    yield make
+    for d in made:
+        d.close()
+
+
+@pytest.fixture
+def any_durable(make_durable: Callable[[], Durable]) -> Durable:
+    """A Durable on each store (see ``make_durable``)."""
+    return make_durable()
+
+
+@pytest.fixture
+def sql_durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    """A Durable on each SQL database."""
     d = Durable(app, journal_url, clock=clock)
     yield d
     d.close()
@@ -78,10 +127,10 @@ def broker(redis_url: str) -> Broker:
 
 
 def test_every_schedule_enqueues_consecutive_run_ids(
-    durable: Durable, clock: FakeClock, broker: Broker
+    any_durable: Durable, clock: FakeClock, broker: Broker
 ) -> None:
-    durable.schedules.create("ping", "backup", "/srv", Every(timedelta(seconds=1)))
-    dispatcher = durable.dispatcher()
+    any_durable.schedules.create("ping", "backup", "/srv", Every(timedelta(seconds=1)))
+    dispatcher = any_durable.dispatcher()
     assert dispatcher.tick() <= 1.0
     ids = []
     for _ in range(3):
@@ -93,7 +142,7 @@ def test_every_schedule_enqueues_consecutive_run_ids(
         "ping@2026-11-02T12:00:02.0000000Z",
         "ping@2026-11-02T12:00:03.0000000Z",
     ]
-    runs = durable.schedules.runs("ping")
+    runs = any_durable.schedules.runs("ping")
     assert [r.run_id for r in runs] == list(reversed(ids))
     assert {r.state for r in runs} == {"started"}
 
@@ -163,11 +212,11 @@ def test_c2_all_two_mondays_off_two_invoices_oldest_first(
 
 
 def test_c2_all_keeps_the_1000_most_recent(
-    durable: Durable, clock: FakeClock, broker: Broker
+    any_durable: Durable, clock: FakeClock, broker: Broker
 ) -> None:
-    durable.schedules.create("fast", "backup", "/srv", Every(timedelta(seconds=1)), CatchUp.ALL)
+    any_durable.schedules.create("fast", "backup", "/srv", Every(timedelta(seconds=1)), CatchUp.ALL)
     clock.advance(seconds=1234)
-    durable.dispatcher().tick()
+    any_durable.dispatcher().tick()
     ids = broker.ids()
     assert len(ids) == 1000
     assert ids[0] == "fast@2026-11-02T12:03:55.0000000Z"
@@ -255,19 +304,19 @@ def test_r6_max_runs_and_end_at(durable: Durable, clock: FakeClock, broker: Brok
 
 
 def test_a6_decided_but_not_started_is_enqueued_after_restart(
-    durable: Durable, clock: FakeClock, broker: Broker
+    any_durable: Durable, clock: FakeClock, broker: Broker
 ) -> None:
-    durable.schedules.create("a6", "backup", "/srv", Every(timedelta(seconds=10)))
+    any_durable.schedules.create("a6", "backup", "/srv", Every(timedelta(seconds=10)))
     clock.advance(seconds=10)
     # A dispatcher that crashed after storing the decision: decide and append, send nothing.
-    state = durable._store.load("a6")
-    durable._store.execute("a6", lambda now: DecideDue(now=now))
+    state = any_durable._store.load("a6")
+    any_durable._store.execute("a6", lambda now: DecideDue(now=now))
     assert broker.ids() == []
     assert state.version == 1
-    assert [r.state for r in durable.schedules.runs("a6")] == ["decided"]
-    durable.dispatcher().tick()
+    assert [r.state for r in any_durable.schedules.runs("a6")] == ["decided"]
+    any_durable.dispatcher().tick()
     assert broker.ids() == ["a6@2026-11-02T12:00:10.0000000Z"]
-    assert [r.state for r in durable.schedules.runs("a6")] == ["started"]
+    assert [r.state for r in any_durable.schedules.runs("a6")] == ["started"]
 
 
 def test_d3_sleep_until_earliest_due_capped_by_poll(durable: Durable, clock: FakeClock) -> None:
@@ -279,15 +328,14 @@ def test_d3_sleep_until_earliest_due_capped_by_poll(durable: Durable, clock: Fak
 
 
 def test_d3_sees_a_schedule_created_by_another_process_at_the_next_tick(
-    durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker
+    make_durable: Callable[[], Durable], broker: Broker
 ) -> None:
-    d = durable.dispatcher()
+    d = make_durable().dispatcher()
     d.tick()
-    other = Durable(app, journal_url, clock=clock)
+    other = make_durable()
     other.schedules.create("late", "backup", "/srv", Once(T0))
     d.tick()
     assert broker.ids() == ["late@2026-11-02T12:00:00.0000000Z"]
-    other.close()
 
 
 def test_d4_unregistered_task_logs_at_each_due_time_and_catches_up(
@@ -342,7 +390,6 @@ def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
 
 
 def test_broker_down_keeps_the_run_and_retries(
-    journal_url: str,
     clock: FakeClock,
     broker: Broker,
     redis_url: str,
@@ -350,7 +397,7 @@ def test_broker_down_keeps_the_run_and_retries(
 ) -> None:
     app, proxy = app_behind_proxy(redis_url, "outage")
     app.conf.broker_connection_timeout = 1
-    durable = Durable(app, journal_url, clock=clock)
+    durable = Durable(app, store=MemoryStore(), clock=clock)
     try:
         durable.schedules.create("r", "backup", "/srv", Every(timedelta(seconds=10)))
         durable.schedules.create("ok", "backup", "/srv", Every(timedelta(seconds=10)))
@@ -380,11 +427,12 @@ def test_broker_down_keeps_the_run_and_retries(
 
 
 def test_two_dispatchers_one_leader(
-    durable: Durable, app: Celery, journal_url: str, clock: FakeClock, broker: Broker
+    make_durable: Callable[[], Durable], clock: FakeClock, broker: Broker
 ) -> None:
+    durable = make_durable()
     durable.schedules.create("x", "backup", "/srv", Every(timedelta(seconds=1)))
     first = durable.dispatcher(owner="first")
-    second = Durable(app, journal_url, clock=clock).dispatcher(owner="second")
+    second = make_durable().dispatcher(owner="second")
     seen = []
     for step in range(30):
         clock.advance(seconds=1)
@@ -458,19 +506,21 @@ def _runs_by_type(durable: Durable) -> dict[str, list[str]]:
 
 
 def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
-    durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
     for i in range(130):  # four rounds: 40, 40, 40, 10
-        durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
-    dispatcher = durable.dispatcher()
+        any_durable.schedules.create(
+            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
+        )
+    dispatcher = any_durable.dispatcher()
     dispatcher.tick()
     clock.advance(seconds=61)
     dispatcher.tick()
     ids = broker.ids()
     assert len(ids) == len(set(ids)) == 130
     assert dispatcher._writer is not None, "the rounds' starts were not stored in the background"
-    runs = _runs_by_type(durable)
+    runs = _runs_by_type(any_durable)
     assert sorted(runs["RunDecided"]) == sorted(runs["RunStarted"])
     assert len(runs["RunStarted"]) == len(set(runs["RunStarted"])) == 130
     clock.advance(seconds=1)
@@ -481,18 +531,24 @@ def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
 
 
 def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
-    durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The journal fails while the writer stores a round's starts: the tick raises, every run
     stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
-    from celery_durable.store.sql_store import SqlUnitOfWork
+    from celery_durable.store.memory import MemoryUnitOfWork
+    from celery_durable.store.sql_store import SqlStore, SqlUnitOfWork
 
     monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
     for i in range(100):
-        durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
-    dispatcher = durable.dispatcher()
+        any_durable.schedules.create(
+            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
+        )
+    dispatcher = any_durable.dispatcher()
     dispatcher.tick()
-    real = SqlUnitOfWork.append
+    unit_class = (
+        SqlUnitOfWork if isinstance(any_durable.runtime.store, SqlStore) else MemoryUnitOfWork
+    )
+    real = unit_class.append
     calls = 0
 
     def failing_once(unit, appends):  # type: ignore[no-untyped-def]
@@ -503,19 +559,19 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
                 raise ConnectionError("journal connection lost")
         return real(unit, appends)
 
-    monkeypatch.setattr(SqlUnitOfWork, "append", failing_once)
+    monkeypatch.setattr(unit_class, "append", failing_once)
     clock.advance(seconds=61)
     with pytest.raises(ConnectionError):
         dispatcher.tick()
     first = broker.ids()
-    runs = _runs_by_type(durable)
+    runs = _runs_by_type(any_durable)
     assert len(runs["RunDecided"]) == len(set(runs["RunDecided"]))
     unrecorded = set(runs["RunDecided"]) - set(runs["RunStarted"])
     assert unrecorded, "the failed round's starts should be missing"
     clock.advance(seconds=1)
     dispatcher.tick()
     again = broker.ids()
-    runs = _runs_by_type(durable)
+    runs = _runs_by_type(any_durable)
     assert len(runs["RunDecided"]) == len(set(runs["RunDecided"])) == 100
     assert sorted(runs["RunStarted"]) == sorted(runs["RunDecided"])
     assert set(first) | set(again) == _run_ids(runs)
@@ -536,7 +592,7 @@ def _run_ids(runs: dict[str, list[str]]) -> set[str]:
 
 
 def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
-    journal_url: str, clock: FakeClock, broker: Broker, redis_url: str
+    clock: FakeClock, broker: Broker, redis_url: str
 ) -> None:
     """D3 with Celery's default broker_connection_timeout (4 s, retried with 2 s sleeps): the
     dispatcher tries each broker host once per round and moves on."""
@@ -555,7 +611,7 @@ def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
     def backup(folder: str) -> str:  # pragma: no cover - the test reads the queue
         return folder
 
-    durable = Durable(app, journal_url, clock=clock)
+    durable = Durable(app, store=MemoryStore(), clock=clock)
     try:
         for i in range(3):
             durable.schedules.create(f"s{i}", "backup", "/srv", Every(timedelta(seconds=10)))
@@ -580,7 +636,7 @@ def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
 
 @pytest.mark.timeout(60)
 def test_a_schedule_whose_stream_is_behind_its_index_row_does_not_hang_the_tick(
-    durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+    sql_durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A journal restored from a backup older than its index: the index row of "behind" folds
     events its stream no longer holds, so every append at the row's version conflicts. The
@@ -590,20 +646,21 @@ def test_a_schedule_whose_stream_is_behind_its_index_row_does_not_hang_the_tick(
 
     from celery_durable.store.journal.schema import events
 
-    durable.schedules.create("behind", "backup", "/srv/a", Every(timedelta(seconds=10)))
-    durable.schedules.create("fine", "backup", "/srv/b", Every(timedelta(seconds=10)))
-    first = durable.dispatcher()
+    sql_durable.schedules.create("behind", "backup", "/srv/a", Every(timedelta(seconds=10)))
+    sql_durable.schedules.create("fine", "backup", "/srv/b", Every(timedelta(seconds=10)))
+    first = sql_durable.dispatcher()
     for _ in range(3):
         clock.advance(seconds=10)
         first.tick()
     first.close()  # the index rows of both are at their streams' versions
     broker.take()
-    assert durable.index.load(["behind"])["behind"].version == 7  # created + 3 × (decided, started)
-    with durable.journal.engine.begin() as conn:  # the backup ends before the last two events
+    # created, then 3 × (decided, started)
+    assert sql_durable.index.load(["behind"])["behind"].version == 7
+    with sql_durable.journal.engine.begin() as conn:  # the backup lacks the last two events
         conn.execute(
             sa.delete(events).where(events.c.stream == "schedule/behind", events.c.version > 5)
         )
-    dispatcher = durable.dispatcher()
+    dispatcher = sql_durable.dispatcher()
     clock.advance(seconds=10)
     with caplog.at_level(logging.ERROR, logger="celery_durable.dispatcher"):
         dispatcher.tick()

@@ -19,7 +19,7 @@ from celery_durable import CatchUp, Durable, Every, Once, ScheduledRun
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import jitter_offset
 from celery_durable.core.schedule_aggregate import MISSED_UNSENT
-from celery_durable.core.schedule_events import RunDecided, RunStarted
+from celery_durable.core.schedule_events import RunDecided, RunSent
 from tests import test_dispatcher as base
 from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import app_behind_proxy
@@ -118,7 +118,7 @@ def test_catch_up_after_downtime_records_runs_past_their_deadline_as_missed(
         run = runs[T0 + n * 60 * S]
         assert (run.state, run.error) == ("missed", MISSED_UNSENT)
     assert runs[last].state == "started"
-    assert events_of(durable, "every-minute", RunStarted) != []
+    assert events_of(durable, "every-minute", RunSent) != []
 
 
 @pytest.mark.parametrize("late", [4, 5])
@@ -190,8 +190,8 @@ def test_a_jittered_run_is_sent_at_its_offset_and_a_plain_one_exactly_at_due(
     clock.set(send_at)
     d.tick()
     assert broker.ids() == [decided.run_id]
-    assert [e.at for e in events_of(durable, "jit", RunStarted)] == [send_at]
-    assert [e.at for e in events_of(durable, "plain", RunStarted)] == [due]
+    assert [e.at for e in events_of(durable, "jit", RunSent)] == [send_at]
+    assert [e.at for e in events_of(durable, "plain", RunSent)] == [due]
 
 
 def send_times(durable: Durable, sids: list[str]) -> dict[str, tuple[datetime, datetime, Any]]:
@@ -199,7 +199,7 @@ def send_times(durable: Durable, sids: list[str]) -> dict[str, tuple[datetime, d
     found = {}
     for sid in sids:
         [decided] = events_of(durable, sid, RunDecided)
-        started = events_of(durable, sid, RunStarted)
+        started = events_of(durable, sid, RunSent)
         found[decided.run_id] = (decided.due, decided.send_at, started[0].at if started else None)
     return found
 

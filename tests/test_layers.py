@@ -154,6 +154,52 @@ def test_the_rule_checks_can_fail() -> None:
     assert sql_outside_the_store(users) == ["celery_durable.storefront", "celery_durable.testing"]
 
 
+#: What only the store may touch: a connection's transaction and engine, the store's SQL
+#: helpers that take a connection, and the database layer's errors (the store translates them).
+_STORE_ONLY_ATTRIBUTES = {"transaction", "writing", "append_in", "engine", "database"}
+_STORE_ONLY_NAMES = {
+    "Connection", "JOURNAL_AWAY", "journal_errors", "connection_lost", "translated",
+    "translating", "upsert", "record_sent_rows", "save_run_row", "SqlUnitOfWork",
+}  # fmt: skip
+
+
+def store_internals(source: str) -> list[str]:
+    """Where a module's source reaches into the store below its unit of work."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in _STORE_ONLY_ATTRIBUTES:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "celery_durable.store"
+        ):
+            found += [
+                f"line {node.lineno}: imports {a.name}"
+                for a in node.names
+                if a.name in _STORE_ONLY_NAMES
+            ]
+    return found
+
+
+def test_only_the_store_holds_a_connection() -> None:
+    """Outside ``store/`` nothing opens a transaction, holds a connection or an engine, calls
+    a store helper that takes one, or translates the database's errors: the services write
+    through a unit of work (core/unit_of_work.py) and catch the library's own errors."""
+    package = PACKAGE
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(("store/", "contrib/django/migrations/")):
+            continue
+        wrong += [f"{relative} {where}" for where in store_internals(path.read_text())]
+    assert wrong == [], "\n".join(wrong)
+    assert store_internals("with journal.transaction() as conn: upsert(conn, rows)\n") == [
+        "line 1: .transaction"
+    ]
+    assert store_internals("from celery_durable.store.index import upsert\n") == [
+        "line 1: imports upsert"
+    ]
+
+
 def test_the_import_graph_script_passes() -> None:
     """``python tools/import_graph.py`` (docs/architecture.md) proves the rules and says so."""
     done = subprocess.run(

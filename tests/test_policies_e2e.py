@@ -21,7 +21,7 @@ from celery import Celery
 
 from celery_durable import Durable, Once, parse_run_id
 from celery_durable.core.policies import jitter_offset
-from celery_durable.core.schedule_events import RunDecided, RunStarted
+from celery_durable.core.schedule_events import RunDecided, RunSent
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.policy_app"
@@ -207,7 +207,7 @@ def test_jitter_offsets_survive_a_beat_kill_and_restart(
             events = journal._store.events(sid)
             [decision] = [e for e in events if isinstance(e, RunDecided)]
             decided[decision.run_id] = decision
-            started[decision.run_id] = [e.at for e in events if isinstance(e, RunStarted)]
+            started[decision.run_id] = [e.at for e in events if isinstance(e, RunSent)]
     finally:
         journal.close()
     executed = {r["id"]: datetime.fromtimestamp(r["at"], UTC) for r in ran(sink)}

@@ -26,6 +26,7 @@ from celery_durable import (
     Weekly,
 )
 from celery_durable.errors import SolarUnavailable
+from celery_durable.store.memory import MemoryStore
 from tests.support.clock import T0, FakeClock
 from tests.test_solar import celery_next as solar_next
 
@@ -44,8 +45,29 @@ def app() -> Celery:
 
 
 @pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+def durable(app: Celery, clock: FakeClock) -> Iterator[Durable]:
+    """The API's checks and decisions need no database: a Durable on a memory store."""
+    d = Durable(app, store=MemoryStore(), clock=clock)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def sql_durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    """A Durable on each SQL database, for what is stored and read back."""
     d = Durable(app, journal_url, clock=clock)
+    yield d
+    d.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+def any_durable(request: pytest.FixtureRequest, app: Celery, clock: FakeClock) -> Iterator[Durable]:
+    """The memory store and each SQL database."""
+    url = None
+    if request.param != "memory":
+        fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}
+        url = str(request.getfixturevalue(fixture[request.param]))
+    d = Durable(app, url, clock=clock, store=MemoryStore() if url is None else None)
     yield d
     d.close()
 
@@ -54,9 +76,9 @@ def stored_events(durable: Durable) -> int:
     return durable.journal.head()
 
 
-def test_create_then_state(durable: Durable) -> None:
-    durable.schedules.create("nightly", "backup", "/srv", Daily(time(2), "Europe/Oslo"))
-    view = durable.schedules.state("nightly")
+def test_create_then_state(any_durable: Durable) -> None:
+    any_durable.schedules.create("nightly", "backup", "/srv", Daily(time(2), "Europe/Oslo"))
+    view = any_durable.schedules.state("nightly")
     assert view is not None
     assert (view.id, view.task, view.input) == ("nightly", "backup", "/srv")
     assert view.rule == Daily("02:00", "Europe/Oslo")
@@ -65,7 +87,7 @@ def test_create_then_state(durable: Durable) -> None:
     assert not view.paused and not view.deleted
     assert view.anchor == T0
     assert view.next_due == datetime(2026, 11, 3, 1, tzinfo=UTC)
-    assert durable.schedules.state("missing") is None
+    assert any_durable.schedules.state("missing") is None
 
 
 def test_create_with_task_object_and_options(durable: Durable, app: Celery) -> None:
@@ -87,33 +109,33 @@ def test_create_with_task_object_and_options(durable: Durable, app: Celery) -> N
     assert view.overlap is Overlap.SKIP
 
 
-def test_a1_repeated_create_is_idempotent_and_other_content_conflicts(durable: Durable) -> None:
+def test_a1_repeated_create_is_idempotent_and_other_content_conflicts(any_durable: Durable) -> None:
     rule = Weekly(["thu", "mon"], "08:00", "Europe/Oslo")
-    durable.schedules.create("w", "backup", {"c": "Ada"}, rule, CatchUp.ALL)
-    head = stored_events(durable)
-    durable.schedules.create(
+    any_durable.schedules.create("w", "backup", {"c": "Ada"}, rule, CatchUp.ALL)
+    head = stored_events(any_durable)
+    any_durable.schedules.create(
         "w", "backup", {"c": "Ada"}, Weekly(["mon", "thu"], "08:00", "Europe/Oslo"), "all"
     )
-    assert stored_events(durable) == head
+    assert stored_events(any_durable) == head
     with pytest.raises(ScheduleConflict):
-        durable.schedules.create("w", "backup", {"c": "Bob"}, rule, CatchUp.ALL)
-    assert stored_events(durable) == head
+        any_durable.schedules.create("w", "backup", {"c": "Bob"}, rule, CatchUp.ALL)
+    assert stored_events(any_durable) == head
 
 
-def test_a2_change_replaces_everything(durable: Durable, clock: FakeClock) -> None:
-    durable.schedules.create("e", "backup", "a", Every(timedelta(seconds=10)))
+def test_a2_change_replaces_everything(any_durable: Durable, clock: FakeClock) -> None:
+    any_durable.schedules.create("e", "backup", "a", Every(timedelta(seconds=10)))
     clock.advance(seconds=3)
-    durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
-    view = durable.schedules.state("e")
+    any_durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
+    view = any_durable.schedules.state("e")
     assert view is not None
     assert view.input == "b" and view.catch_up is CatchUp.NONE
     assert view.anchor == T0 + timedelta(seconds=3)
     assert view.next_due == T0 + timedelta(seconds=10)
-    head = stored_events(durable)
-    durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
-    assert stored_events(durable) == head
+    head = stored_events(any_durable)
+    any_durable.schedules.change("e", "backup", "b", Every(timedelta(seconds=7)), CatchUp.NONE)
+    assert stored_events(any_durable) == head
     with pytest.raises(ScheduleConflict):
-        durable.schedules.change("nope", "backup", "b", Every(timedelta(seconds=7)))
+        any_durable.schedules.change("nope", "backup", "b", Every(timedelta(seconds=7)))
 
 
 def test_a3_pause_resume(durable: Durable, clock: FakeClock) -> None:
@@ -246,17 +268,17 @@ def test_unknown_schedule_is_a_conflict_of_kind_not_found(durable: Durable) -> N
 
 
 def test_crontab_create_change_and_read_back(
-    durable: Durable, app: Celery, journal_url: str, clock: FakeClock
+    sql_durable: Durable, app: Celery, journal_url: str, clock: FakeClock
 ) -> None:
     """B2: a Crontab rule stored, changed and read back by a fresh Durable."""
     first_monday = Crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon")
-    durable.schedules.create("first-monday", "backup", "/srv", first_monday)
-    view = durable.schedules.state("first-monday")
+    sql_durable.schedules.create("first-monday", "backup", "/srv", first_monday)
+    view = sql_durable.schedules.state("first-monday")
     assert view is not None and view.rule == first_monday
     assert view.next_due == datetime(2026, 12, 7, 9, tzinfo=UTC)  # T0 is Monday 2 Nov, 12:00
 
     evening = Crontab(minute=30, hour="22-2", day_of_week="fri-mon", zone="Europe/Oslo")
-    durable.schedules.change("first-monday", "backup", "/srv", evening)
+    sql_durable.schedules.change("first-monday", "backup", "/srv", evening)
     reopened = Durable(app, journal_url, clock=clock)
     try:
         view = reopened.schedules.state("first-monday")
@@ -267,10 +289,12 @@ def test_crontab_create_change_and_read_back(
         reopened.close()
 
 
-def test_solar_create_change_and_read_back(durable: Durable, app: Celery, journal_url: str) -> None:
+def test_solar_create_change_and_read_back(
+    sql_durable: Durable, app: Celery, journal_url: str
+) -> None:
     """B3: a Solar rule stored, changed and read back by a fresh Durable."""
-    durable.schedules.create("lights-on", "backup", "/srv", Solar("sunset", 59.91, 10.75))
-    view = durable.schedules.state("lights-on")
+    sql_durable.schedules.create("lights-on", "backup", "/srv", Solar("sunset", 59.91, 10.75))
+    view = sql_durable.schedules.state("lights-on")
     assert view is not None and view.rule == Solar("sunset", 59.91, 10.75)
     # T0 is 2026-11-02 12:00 UTC; Oslo's sunset that day is at 16:19 CET.
     t0 = datetime(2026, 11, 2, 12, tzinfo=UTC)
@@ -280,7 +304,7 @@ def test_solar_create_change_and_read_back(durable: Durable, app: Celery, journa
         2026, 11, 2, 15, 19, tzinfo=UTC
     )
 
-    durable.schedules.change("lights-on", "backup", "/srv", Solar("dusk_civil", 59.91, 10.75))
+    sql_durable.schedules.change("lights-on", "backup", "/srv", Solar("dusk_civil", 59.91, 10.75))
     reopened = Durable(app, journal_url, clock=FakeClock())
     try:
         view = reopened.schedules.state("lights-on")

@@ -1,7 +1,9 @@
 """The public decorators keep the decorated function's signature for type checkers.
 
 mypy checks a small user module: correct calls pass, wrong ones are reported, and the revealed
-types are the function's own (``@durable.task``, ``@durable.step``, ``durable.outcome``).
+types are the function's own (``@durable.task``, ``@durable.step``, ``durable.outcome``). A
+durable task's ``delay``, ``s`` and ``si`` take the function's parameters, ``apply_async`` and
+``apply`` Celery's; an attribute the task type does not declare is an error (no catch-all).
 """
 
 from __future__ import annotations
@@ -52,10 +54,21 @@ USER_CODE = textwrap.dedent(
     reveal_type(durable.outcome("r@x", 0))
     add.delay(1, 2)
     add.name
+    add.s(1, y=2)
+    add.si(1, 2)
+    add.apply_async((1, 2), task_id="add@1")
+    add.apply_async(args=[1, 2], countdown=3)
+    add.apply((1, 2))
+    add.app.conf
     add("one", 2)  # WRONG 1
     add.delay(1)  # WRONG 2
     double("x")  # WRONG 3
     fetch(3)  # WRONG 4
+    add.s("one", 2)  # WRONG 5
+    add.si(1)  # WRONG 6
+    add.si(1, 2, 3)  # WRONG 7
+    add.apply_async((1, 2), task_id=7)  # WRONG 8
+    add.no_such_attribute  # WRONG 9
     """
 )
 

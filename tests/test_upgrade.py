@@ -70,6 +70,25 @@ def test_the_fixture_is_a_v1_sqlite_journal() -> None:
             "SignalReceived", "RunFinished", "RunFaulted"} <= types  # fmt: skip
 
 
+def test_renamed_event_classes_keep_their_stored_type_names() -> None:
+    """§9: the Python names of two schedule events changed (``RunSent``, ``RunEndReported``,
+    apart from the run stream's ``RunStarted`` and the ``RunEnded`` exception); what is stored
+    and read back did not."""
+    from celery_durable.core.schedule_events import RunEndReported, RunSent, from_data
+
+    assert (RunSent.TYPE, RunEndReported.TYPE) == ("RunStarted", "RunEnded")
+    sent = from_data(
+        "RunStarted",
+        {"v": 1, "at": "2026-11-02T12:00:00.0000000Z", "due": "2026-11-02T12:00:00.0000000Z"},
+    )
+    ended = from_data(
+        "RunEnded",
+        {"v": 1, "at": "2026-11-02T12:00:00.0000000Z", "due": "2026-11-02T12:00:00.0000000Z",
+         "outcome": "finished"},
+    )  # fmt: skip
+    assert isinstance(sent, RunSent) and isinstance(ended, RunEndReported)
+
+
 def test_current_code_reads_every_state(copy: Path) -> None:
     durable, _ = build(f"sqlite:///{copy}", Clock(BASE + timedelta(minutes=66)))
     try:

@@ -31,12 +31,12 @@ from celery_durable.core.rules import LiveSchedules, Once
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
-    RunEnded,
+    RunEndReported,
     RunFailedToStart,
     RunMissed,
+    RunSent,
     RunSkipped,
     RunsMissed,
-    RunStarted,
     ScheduleChanged,
     ScheduleCreated,
     ScheduleDeleted,
@@ -484,7 +484,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     if isinstance(command, MarkStarted):
         if _pending(state, command.due) is None:
             return []
-        return [RunStarted(at=command.now, due=command.due)]
+        return [RunSent(at=command.now, due=command.due)]
     if isinstance(command, MarkFailedToStart):
         if _pending(state, command.due) is None:
             return []
@@ -496,7 +496,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
     if isinstance(command, MarkEnded):
         if command.due not in state.running:
             return []
-        return [RunEnded(at=command.now, due=command.due, outcome=command.outcome)]
+        return [RunEndReported(at=command.now, due=command.due, outcome=command.outcome)]
     raise TypeError(f"not a schedule command: {command!r}")
 
 
@@ -774,7 +774,7 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             runs_since_change=state.runs_since_change + (1 if counts else 0),
             pending=(*state.pending, pending),
         )
-    if isinstance(event, RunStarted):
+    if isinstance(event, RunSent):
         started = _pending(state, event.due)
         running = state.running
         if started is not None and started.track_end:
@@ -787,7 +787,7 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             pending=tuple(p for p in state.pending if p.due != event.due),
             running=tuple(t for t in state.running if t != event.due),
         )
-    if isinstance(event, RunEnded):
+    if isinstance(event, RunEndReported):
         return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
         return dict(cursor=_later(state.cursor, event.due))

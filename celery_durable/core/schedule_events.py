@@ -168,8 +168,12 @@ class RunDecided:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunStarted:
-    """The run's message was handed to the broker."""
+class RunSent:
+    """The run's message was handed to the broker.
+
+    Stored as ``RunStarted`` (§9); named for what it records in Python, where the run
+    stream's ``RunStarted`` (the worker's first claim) is another event.
+    """
 
     TYPE: ClassVar[str] = "RunStarted"
     at: datetime
@@ -222,8 +226,11 @@ class RunsMissed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunEnded:
-    """A started run ended (``outcome``: finished, faulted, cancelled); used by overlap (D7)."""
+class RunEndReported:
+    """A started run ended (``outcome``: finished, faulted, cancelled); used by overlap (D7).
+
+    Stored as ``RunEnded`` (§9); named apart from the ``errors.RunEnded`` exception.
+    """
 
     TYPE: ClassVar[str] = "RunEnded"
     at: datetime
@@ -238,12 +245,12 @@ ScheduleEvent = (
     | ScheduleResumed
     | ScheduleDeleted
     | RunDecided
-    | RunStarted
+    | RunSent
     | RunSkipped
     | RunFailedToStart
     | RunMissed
     | RunsMissed
-    | RunEnded
+    | RunEndReported
 )
 
 _TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline", "since"})
@@ -330,12 +337,12 @@ def from_stored(stored: StoredEvent) -> ScheduleEvent:
 _LIFE_CYCLE = (ScheduleCreated, ScheduleChanged, SchedulePaused, ScheduleResumed, ScheduleDeleted)
 _RUN_RECORDS = (
     RunDecided,
-    RunStarted,
+    RunSent,
     RunSkipped,
     RunFailedToStart,
     RunMissed,
     RunsMissed,
-    RunEnded,
+    RunEndReported,
 )
 RUN_RECORD_TYPES = frozenset(cls.TYPE for cls in _RUN_RECORDS)
 """The schedule events that only record runs: what retention may remove (O1); the others

@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from celery_durable.core.schedule_aggregate import Change, Create, ScheduleState, decide, fold_all
+from celery_durable.core.schedule_aggregate import Change, Create, ScheduleState, decide_all
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.errors import DurableError
 from celery_durable.importers.entries import SourceEntry, translate
@@ -165,12 +165,9 @@ def _compare(
             )
             return
         item.action = CREATE
-        folded = fold_all(
+        _, folded = decide_all(
             ScheduleState(schedule_id=sid),
-            decide(
-                ScheduleState(schedule_id=sid),
-                Create(content=item.content, now=now, since=item.since),
-            ),
+            [Create(content=item.content, now=now, since=item.since)],
         )
     else:
         if state.deleted:
@@ -205,11 +202,10 @@ def _compare(
         elif item.changes:
             item.action = CHANGE
             try:
-                events = decide(state, Change(content=item.content, now=now, since=since))
+                _, folded = decide_all(state, [Change(content=item.content, now=now, since=since)])
             except DurableError as exc:
                 item.action, item.error = REFUSED, str(exc)
                 return
-            folded = fold_all(state, events)
             item.since = since
         else:
             item.action = UNCHANGED

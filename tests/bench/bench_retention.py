@@ -56,7 +56,7 @@ from celery_durable.core.codec import time_from_json  # noqa: E402
 from celery_durable.core.ids import run_id  # noqa: E402
 from celery_durable.core.schedule_events import (  # noqa: E402
     RunDecided,
-    RunStarted,
+    RunSent,
     ScheduleCreated,
 )
 from celery_durable.store.journal.schema import events as events_table  # noqa: E402
@@ -99,7 +99,7 @@ def history(
         for k in range(1, runs + 1):
             due = created + period * k
             evs.append(RunDecided(at=due, due=due, run_id=run_id(sid, due), task=TASK, input=i))
-            evs.append(RunStarted(at=due, due=due))
+            evs.append(RunSent(at=due, due=due))
         yield sid, evs
 
 

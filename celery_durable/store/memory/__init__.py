@@ -23,6 +23,7 @@ from celery_durable.core.partitions import PartitionsError
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import ScheduleState
 from celery_durable.core.unit_of_work import SentRun, check_run_values
+from celery_durable.errors import AppendConflict, JournalError
 from celery_durable.store.journal.encoding import _rows
 from celery_durable.store.journal.memory import MemoryJournal
 from celery_durable.store.memory.index import MemoryIndex
@@ -44,12 +45,18 @@ class MemoryUnitOfWork:
         self._store = store
         self._staged: dict[str, int] = {}
         self._writes: list[Callable[[], None]] = []
+        self.failed = False
+        """Whether an append of this unit conflicted (then nothing of it is stored)."""
 
     def append(self, appends: Sequence[Append]) -> list[int]:
         """Append at the expected versions; each stream's new version (``AppendConflict``)."""
         rows, versions = _rows(appends)
         journal = self._store.journal
-        journal.check(appends, self._staged)
+        try:
+            journal.check(appends, self._staged)
+        except AppendConflict:
+            self.failed = True
+            raise
         for append in appends:
             self._staged[append.stream] = append.expected_version + len(append.events)
         self._writes.append(lambda: journal.commit(rows))
@@ -144,6 +151,10 @@ class MemoryStore:
         with self.lock:
             unit = MemoryUnitOfWork(self)
             yield unit
+            if unit.failed:  # the caller went on after the conflict: as the SQL store does
+                raise JournalError(
+                    "an append in this transaction failed; the transaction was rolled back"
+                )
             unit.apply()
 
     def upsert_index(self, rows: Sequence[Mapping[str, Any]]) -> None:

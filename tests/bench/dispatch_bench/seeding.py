@@ -17,7 +17,7 @@ from celery_durable.core.schedule_aggregate import ScheduleState, fold_all
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
-    RunStarted,
+    RunSent,
     ScheduleCreated,
     to_new_event,
 )
@@ -86,7 +86,7 @@ def startup_schedules(
 ) -> Iterator[tuple[str, list[Any]]]:
     """``n`` hourly schedules; the first ``due_now`` have their next due time 60 s before
     ``now``, the others are spread over [now + 30 min, now + 90 min). With history, each
-    schedule has ``history_runs`` past runs (RunDecided + RunStarted each) before that due
+    schedule has ``history_runs`` past runs (RunDecided + RunSent each) before that due
     time; without, it was created one interval before it. The next due times are identical."""
     hour = timedelta(hours=1)
     rule = Every(hour)
@@ -110,7 +110,7 @@ def startup_schedules(
                     input=i,
                 )
             )
-            evs.append(RunStarted(at=due + timedelta(milliseconds=45), due=due))
+            evs.append(RunSent(at=due + timedelta(milliseconds=45), due=due))
         yield sid, evs
 
 

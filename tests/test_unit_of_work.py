@@ -1,0 +1,263 @@
+"""The unit of work's contract (core/unit_of_work.py; A6, A8, D2, D8), on every store.
+
+Every test taking ``any_store`` runs on the memory store and on the SQL store over SQLite,
+PostgreSQL and MariaDB: events, run rows, rows of sent runs and index rows are stored together
+or not at all, a conflict stores nothing, and the database's errors leave the store as the
+library's own (``JournalUnavailable`` with the driver's error as its cause).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from celery_durable.core.journal import Append, NewEvent
+from celery_durable.core.rules import Every
+from celery_durable.core.schedule_aggregate import Create, ScheduleState, decide_all
+from celery_durable.core.schedule_events import Content
+from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
+from celery_durable.message import Resend
+from celery_durable.store.journal.sql import SqlJournal
+from celery_durable.store.memory import MemoryStore
+from celery_durable.store.sql_store import SqlStore
+from celery_durable.store.stores import AnyStore
+from tests.support import services
+from tests.support.clock import T0
+
+NOW = T0
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+def any_store(request: pytest.FixtureRequest) -> Iterator[AnyStore]:
+    """The memory store, and the SQL store on each database."""
+    store: AnyStore
+    if request.param == "memory":
+        store = MemoryStore()
+    else:
+        url = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}[request.param]
+        store = SqlStore(SqlJournal(str(request.getfixturevalue(url))))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def ev(type_: str = "Happened", **data: Any) -> NewEvent:
+    return NewEvent(type=type_, data=data)
+
+
+def state_of(sid: str) -> ScheduleState:
+    content = Content(task="t", input=None, rule=Every(timedelta(minutes=1)))
+    _, state = decide_all(ScheduleState(schedule_id=sid), [Create(content=content, now=NOW)])
+    return state
+
+
+def written(store: AnyStore, run_id: str = "r1", sid: str = "s1") -> tuple[Any, ...]:
+    """What the tests write, as read back: the stream, the run row, the index row."""
+    events = [(e.type, e.version) for e in store.journal.read_stream(f"run/{run_id}")]
+    row = store.run_table().row(run_id)
+    index = store.schedule_index().load([sid]).get(sid)
+    return events, None if row is None else row["status"], None if index is None else index.version
+
+
+def test_events_run_row_sent_rows_and_index_rows_are_stored_together(any_store: AnyStore) -> None:
+    with any_store.unit_of_work() as unit:
+        versions = unit.append(
+            [Append(stream="run/r1", expected_version=0, events=[ev("A"), ev("B")])]
+        )
+        unit.save_run("r1", {"status": "running", "owner": "w", "task": "t"}, now=NOW)
+        unit.record_sent([Resend(run_id="r2", task="t2", args=[1])], now=NOW, lease=60)
+        unit.save_index([state_of("s1")], now=NOW)
+    assert versions == [2]
+    assert written(any_store) == ([("A", 1), ("B", 2)], "running", 1)
+    runs = any_store.run_table()
+    sent = runs.row("r2")
+    assert sent is not None and (sent["status"], sent["task"]) == ("queued", "t2")
+    assert sent["lease_until"] == NOW + timedelta(seconds=60)
+    resend = runs.resend_of("r2")
+    assert resend is not None and resend.args == [1]
+
+
+def test_an_exception_in_the_unit_stores_nothing_of_it(any_store: AnyStore) -> None:
+    with pytest.raises(RuntimeError), any_store.unit_of_work() as unit:
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])
+        unit.save_run("r1", {"status": "running"}, now=NOW)
+        unit.record_sent([Resend(run_id="r2", task="t")], now=NOW, lease=60)
+        unit.save_index([state_of("s1")], now=NOW)
+        raise RuntimeError("the caller fails before the end of the unit")
+    assert written(any_store) == ([], None, None)
+    assert any_store.run_table().row("r2") is None
+
+
+def test_a_conflict_stores_nothing_not_even_the_writes_before_it(any_store: AnyStore) -> None:
+    any_store.journal.append("run/r1", 0, [ev("Mine")])
+    with pytest.raises(AppendConflict) as info, any_store.unit_of_work() as unit:
+        unit.save_run("r1", {"status": "running"}, now=NOW)
+        unit.save_index([state_of("s1")], now=NOW)
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev("Theirs")])])
+    assert info.value.stream == "run/r1"  # type: ignore[attr-defined]
+    assert written(any_store) == ([("Mine", 1)], None, None)
+    # A unit that read the stream right goes through afterwards.
+    with any_store.unit_of_work() as unit:
+        assert unit.append([Append(stream="run/r1", expected_version=1, events=[ev()])]) == [2]
+
+
+def test_appends_in_one_unit_count_the_ones_before_them(any_store: AnyStore) -> None:
+    with any_store.unit_of_work() as unit:
+        assert unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])]) == [1]
+        assert unit.append([Append(stream="run/r1", expected_version=1, events=[ev()])]) == [2]
+    assert [e.version for e in any_store.journal.read_stream("run/r1")] == [1, 2]
+
+
+def test_a_unit_whose_conflict_was_swallowed_stores_nothing(any_store: AnyStore) -> None:
+    with pytest.raises(JournalError, match="rolled back"), any_store.unit_of_work() as unit:
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])
+        with pytest.raises(AppendConflict):
+            unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])
+    assert any_store.journal.read_stream("run/r1") == []
+
+
+def test_a_run_row_is_created_then_updated_and_a_sent_row_never_overwrites(
+    any_store: AnyStore,
+) -> None:
+    with any_store.unit_of_work() as unit:  # a fast worker's claim before the dispatcher's row
+        unit.save_run("r1", {"status": "running", "owner": "w"}, now=NOW)
+    later = NOW + timedelta(seconds=5)
+    with any_store.unit_of_work() as unit:
+        unit.record_sent([Resend(run_id="r1", task="t")], now=later, lease=60)
+        unit.save_run("r1", {"wake_at": later, "message": {"args": [3]}}, now=later)
+    row = any_store.run_table().row("r1")
+    assert row is not None
+    assert (row["status"], row["owner"], row["wake_at"], row["updated_at"]) == (
+        "running",
+        "w",
+        later,
+        later,
+    )
+    resend = any_store.run_table().resend_of("r1")
+    assert resend is not None and resend.args == [3]
+
+
+def test_a_run_row_refuses_an_unknown_field_before_anything_is_stored(any_store: AnyStore) -> None:
+    with pytest.raises(ValueError, match="'colour'"), any_store.unit_of_work() as unit:
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])
+        unit.save_run("r1", {"status": "running", "colour": "red"}, now=NOW)
+    assert written(any_store) == ([], None, None)
+
+
+def test_an_index_row_never_goes_back_in_version(any_store: AnyStore) -> None:
+    newer = state_of("s1")
+    older = ScheduleState(schedule_id="s1", version=0)
+    with any_store.unit_of_work() as unit:
+        unit.save_index([newer], now=NOW)
+    with any_store.unit_of_work() as unit:
+        unit.save_index([older], now=NOW)
+    found = any_store.schedule_index().load(["s1"])["s1"]
+    assert (found.version, found.content) == (newer.version, newer.content)
+
+
+def test_bad_events_are_refused_before_anything_is_stored(any_store: AnyStore) -> None:
+    with pytest.raises((TypeError, ValueError)), any_store.unit_of_work() as unit:
+        unit.save_run("r1", {"status": "running"}, now=NOW)
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev(bad={1, 2})])])
+    assert written(any_store) == ([], None, None)
+
+
+def test_other_readers_never_see_a_unit_before_its_end(any_store: AnyStore) -> None:
+    """A reader meanwhile sees the stream as it was, or (the memory store, which keeps one
+    writer at a time as SQLite does) waits for the end of the unit; never half of it."""
+    seen: list[tuple[list[int], bool]] = []
+    committed = threading.Event()
+
+    def read() -> None:
+        versions = [e.version for e in any_store.journal.read_stream("run/r1")]
+        seen.append((versions, committed.is_set()))
+
+    any_store.journal.read_stream("run/r1")  # connect and create the tables first
+    with any_store.unit_of_work() as unit:
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev(), ev()])])
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(0.5)
+    committed.set()
+    reader.join(10)
+    [(versions, after)] = seen
+    assert versions == [] or (versions == [1, 2] and after), seen
+
+
+# -- the database's errors leave the SQL store as the library's ----------------------------------
+
+
+def test_a_journal_that_cannot_be_reached_is_journal_unavailable() -> None:
+    store = SqlStore(SqlJournal(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/none"))
+    try:
+        with pytest.raises(JournalUnavailable) as info, store.unit_of_work():
+            pass  # pragma: no cover - the unit cannot open
+        assert info.value.__cause__ is not None
+        with pytest.raises(JournalUnavailable):
+            store.journal.read_stream("run/r1")
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def losable(request: pytest.FixtureRequest) -> Iterator[tuple[SqlStore, Any]]:
+    """A SQL store and a function that kills its server connections."""
+    if request.param == "postgres":
+        pg_url = str(request.getfixturevalue("pg_url"))
+        name = f"cdt_uow_{uuid.uuid4().hex[:8]}"
+        store = SqlStore(SqlJournal(f"{pg_url}&application_name={name}"))
+        kill: Any = lambda: _terminate(pg_url, name)  # noqa: E731
+    else:
+        mysql_url = str(request.getfixturevalue("mysql_url"))
+        database = str(make_url(mysql_url).database)
+        store = SqlStore(SqlJournal(mysql_url))
+        kill = lambda: services.kill_mysql_sessions(mysql_url, database)  # noqa: E731
+    try:
+        yield store, kill
+    finally:
+        store.close()
+
+
+def test_a_connection_lost_in_a_unit_is_journal_unavailable_with_the_driver_error(
+    losable: tuple[SqlStore, Any],
+) -> None:
+    store, kill = losable
+    store.journal.read_stream("run/r1")
+    with pytest.raises(JournalUnavailable) as info, store.unit_of_work() as unit:
+        assert kill() >= 1
+        unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])
+    assert info.value.connection_lost
+    assert isinstance(info.value.__cause__, sa.exc.OperationalError)
+    assert "cannot write to the journal at" in str(info.value) and "\n" not in str(info.value)
+    assert store.journal.read_stream("run/r1") == []  # nothing stored; the store works again
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _terminate(pg_url: str, application_name: str) -> int:
+    import psycopg
+
+    parts = urlsplit(pg_url.replace("postgresql+psycopg://", "postgresql://"))
+    with psycopg.connect(f"postgresql://{parts.netloc}{parts.path}", autocommit=True) as conn:
+        return len(
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (application_name,),
+            ).fetchall()
+        )
