@@ -9,6 +9,7 @@ from celery_durable.store import conflicts
 from celery_durable.store.conflicts import (
     BACKOFF_CAP,
     CONFLICT_ATTEMPTS,
+    ConflictCount,
     backoff,
     retry_on_conflict,
 )
@@ -62,3 +63,18 @@ def test_backoff_is_none_at_first_then_bounded() -> None:
     assert backoff(1) == 0.0
     for n in range(2, 60):
         assert 0.0 <= backoff(n) <= min(BACKOFF_CAP, 0.001 * 2.0 ** (n - 1))
+
+
+def test_a_batch_counts_conflicts_per_stream_with_the_same_limit_and_back_off() -> None:
+    """The dispatcher's batch: each stream has the limit of retry_on_conflict, and the same
+    pauses (none after the first conflict); one stream's conflicts spend nothing of another's."""
+    slept: list[float] = []
+    count = ConflictCount(sleep=slept.append)
+    assert count.another("a") and slept == []
+    tries = 1
+    while count.another("a"):
+        tries += 1
+    assert tries == CONFLICT_ATTEMPTS - 1  # the CONFLICT_ATTEMPTS-th conflict gives up
+    assert len(slept) == CONFLICT_ATTEMPTS - 2 and all(0 <= p <= BACKOFF_CAP for p in slept)
+    assert count.another("b")  # another stream starts from its own first conflict
+    assert not count.another("a")

@@ -61,7 +61,7 @@ def db() -> None:
 @creates_journal
 def init(sql: bool) -> None:
     """Create the journal's tables (idempotent) and record the schema version."""
-    from celery_durable.store.journal.schema import SCHEMA_VERSIONS, ddl, metadata
+    from celery_durable.store.journal.schema import SCHEMA_VERSIONS, ddl, ddl_notes, metadata
     from celery_durable.store.journal.urls import normalize_url, redact
 
     current = session()
@@ -73,8 +73,8 @@ def init(sql: bool) -> None:
             emit_json({"url": redact(url), "dialect": dialect, "sql": text})
         else:
             click.echo(f"-- celery_durable schema for {dialect} ({redact(url)})")
-            if dialect == "mysql":
-                click.echo("-- MySQL >= 8.0.17; for MariaDB >= 10.6 give a mariadb:// URL")
+            for note in ddl_notes(url):
+                click.echo(f"-- {note}")
             click.echo()
             click.echo(text.rstrip("\n"))
         return

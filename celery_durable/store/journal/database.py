@@ -128,6 +128,14 @@ class Database:
         with write_connection() as conn:
             schema.ensure_schema(conn)
 
+    def tables(self) -> list[Table]:
+        """Every table of the library on this database (:func:`.schema.ddl` writes them)."""
+        return list(schema.metadata.sorted_tables)
+
+    def ddl_notes(self) -> list[str]:
+        """What a DBA should know about the DDL for this database (one line each)."""
+        return []
+
     # -- writing -----------------------------------------------------------------------------------
 
     def begin_write(self, conn: Connection) -> None:

@@ -120,6 +120,7 @@ class MysqlDatabase(Database):
                 )
             try:
                 with conn.begin():
+                    schema.mysql_metadata.create_all(conn, checkfirst=True)  # the lock rows' table
                     schema.ensure_schema(conn)
                     # The lock rows exist before the first writer, which reads them FOR UPDATE.
                     _insert_lock_rows(conn, lock_categories)
@@ -160,6 +161,15 @@ class MysqlDatabase(Database):
             return
         if missing:
             log.warning("recreated %d missing row(s) of celery_durable_locks", missing)
+
+    def tables(self) -> list[Table]:
+        """The library's tables and the lock rows' table (``celery_durable_locks``)."""
+        return [*super().tables(), schema.category_locks]
+
+    def ddl_notes(self) -> list[str]:
+        if self.url.get_backend_name() == "mysql":
+            return ["MySQL >= 8.0.17; for MariaDB >= 10.6 give a mariadb:// URL"]
+        return []
 
     def insert(self, table: Table) -> Any:
         return mysql.insert(table)

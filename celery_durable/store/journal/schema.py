@@ -53,6 +53,7 @@ __all__ = [
     "UtcDateTime",
     "category_locks",
     "ddl",
+    "ddl_notes",
     "ensure_schema",
     "events",
     "heartbeats",
@@ -242,7 +243,7 @@ snapshots = Table(
 #: MySQL/MariaDB only: one row per ordered category, locked ``FOR UPDATE`` by the writers of the
 #: category (the equivalent of PostgreSQL's transaction-scoped advisory lock, see
 #: :mod:`celery_durable.store.journal.sql`). Kept out of :data:`metadata` because the other
-#: databases have no use for it; :func:`ensure_schema` and :func:`ddl` add it on MySQL.
+#: databases have no use for it; the MySQL ``Database`` creates it and lists it for :func:`ddl`.
 mysql_metadata = MetaData(naming_convention=metadata.naming_convention)
 category_locks = Table(
     "celery_durable_locks",
@@ -250,13 +251,6 @@ category_locks = Table(
     Column("name", String(64), primary_key=True),
     **_MYSQL_TABLE,
 )
-
-
-def _tables_for(dialect: Dialect) -> list[Table]:
-    tables = list(metadata.sorted_tables)
-    if dialect.name in MYSQL_DIALECTS:
-        tables.append(category_locks)
-    return tables
 
 
 @compiles(CreateTable, "mysql")
@@ -349,8 +343,6 @@ def ensure_schema(conn: Connection) -> None:
     :class:`JournalError` when the database was written by a newer version of this library.
     """
     metadata.create_all(conn, checkfirst=True)
-    if conn.dialect.name in MYSQL_DIALECTS:
-        mysql_metadata.create_all(conn, checkfirst=True)
     stored = dict(
         conn.execute(select(schema_versions.c.component, schema_versions.c.version)).all()
     )
@@ -396,9 +388,12 @@ def ddl(url: str) -> str:
     For databases where the application's user may not create tables: a DBA runs this once,
     then the journal finds the tables and the version rows on first use. Nothing connects.
     """
+    from celery_durable.store.journal.sql import database_for  # it imports this module
+
+    database = database_for(normalize_url(url), url)  # MySQL adds its lock rows' table
     dialect = normalize_url(url).get_dialect()()
     statements: list[str] = []
-    for table in _tables_for(dialect):
+    for table in database.tables():
         statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
@@ -408,6 +403,13 @@ def ddl(url: str) -> str:
         compiled = stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True})
         statements.append(str(compiled))
     return "".join(f"{statement};\n\n" for statement in statements)
+
+
+def ddl_notes(url: str) -> list[str]:
+    """What a DBA should know about :func:`ddl`'s SQL for this URL (one line each)."""
+    from celery_durable.store.journal.sql import database_for  # it imports this module
+
+    return database_for(normalize_url(url), url).ddl_notes()
 
 
 # -- durable runs (celery_durable/runs.py) --------------------------------------------------------
