@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
 import pytest
 import redis
 from celery import Celery
@@ -374,32 +373,13 @@ def _write_some(url: str) -> list[str]:
 # -- bugs the chaos harness found ---------------------------------------------------------------
 
 
-def _own_app_name(pg_url: str) -> tuple[str, str]:
-    name = f"cdt_outage_{uuid.uuid4().hex[:8]}"
-    sep = "&" if "?" in pg_url else "?"
-    return f"{pg_url}{sep}application_name={name}", name
-
-
-def _terminate(pg_url: str, application_name: str) -> int:
-    parts = urlsplit(pg_url.replace("postgresql+psycopg://", "postgresql://"))
-    dsn = f"postgresql://{parts.netloc}{parts.path}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return len(
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (application_name,),
-            ).fetchall()
-        )
-
-
 @pytest.fixture(params=["postgres", "mysql"])
 def losable(request: pytest.FixtureRequest) -> tuple[str, Callable[[], int]]:
     """A journal URL and a function that kills its server connections (returns how many)."""
     if request.param == "postgres":
         pg_url = str(request.getfixturevalue("pg_url"))
-        url, name = _own_app_name(pg_url)
-        return url, lambda: _terminate(pg_url, name)
+        url, name = services.with_application_name(pg_url)
+        return url, lambda: services.terminate_backends(pg_url, name)
     mysql_url = str(request.getfixturevalue("mysql_url"))
     database = str(make_url(mysql_url).database)
     return mysql_url, lambda: services.kill_mysql_sessions(mysql_url, database)

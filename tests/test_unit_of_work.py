@@ -9,11 +9,9 @@ library's own (``JournalUnavailable`` with the driver's error as its cause).
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -197,7 +195,9 @@ def test_other_readers_never_see_a_unit_before_its_end(any_store: AnyStore) -> N
 
 
 def test_a_journal_that_cannot_be_reached_is_journal_unavailable() -> None:
-    store = SqlStore(SqlJournal(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/none"))
+    store = SqlStore(
+        SqlJournal(f"postgresql+psycopg://nobody@127.0.0.1:{services.free_port()}/none")
+    )
     try:
         with pytest.raises(JournalUnavailable) as info, store.unit_of_work():
             pass  # pragma: no cover - the unit cannot open
@@ -213,9 +213,9 @@ def losable(request: pytest.FixtureRequest) -> Iterator[tuple[SqlStore, Any]]:
     """A SQL store and a function that kills its server connections."""
     if request.param == "postgres":
         pg_url = str(request.getfixturevalue("pg_url"))
-        name = f"cdt_uow_{uuid.uuid4().hex[:8]}"
-        store = SqlStore(SqlJournal(f"{pg_url}&application_name={name}"))
-        kill: Any = lambda: _terminate(pg_url, name)  # noqa: E731
+        url, name = services.with_application_name(pg_url)
+        store = SqlStore(SqlJournal(url))
+        kill: Any = lambda: services.terminate_backends(pg_url, name)  # noqa: E731
     else:
         mysql_url = str(request.getfixturevalue("mysql_url"))
         database = str(make_url(mysql_url).database)
@@ -239,25 +239,3 @@ def test_a_connection_lost_in_a_unit_is_journal_unavailable_with_the_driver_erro
     assert isinstance(info.value.__cause__, sa.exc.OperationalError)
     assert "cannot write to the journal at" in str(info.value) and "\n" not in str(info.value)
     assert store.journal.read_stream("run/r1") == []  # nothing stored; the store works again
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _terminate(pg_url: str, application_name: str) -> int:
-    import psycopg
-
-    parts = urlsplit(pg_url.replace("postgresql+psycopg://", "postgresql://"))
-    with psycopg.connect(f"postgresql://{parts.netloc}{parts.path}", autocommit=True) as conn:
-        return len(
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (application_name,),
-            ).fetchall()
-        )

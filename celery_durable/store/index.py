@@ -23,7 +23,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
-from celery_durable.core.journal import StoredEvent
+from celery_durable.core.journal import Journal, StoredEvent
 from celery_durable.core.partitions import PROJECTION, partition_of, progress_name, slot_of
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import STATE_FORMAT, ScheduleState
@@ -216,13 +216,7 @@ class ScheduleIndex:
 
     def events_after(self, position: int) -> list[StoredEvent]:
         """Every schedule event stored after ``position``, oldest first."""
-        out: list[StoredEvent] = []
-        while True:
-            batch = self.journal.read_all(position, category="schedule", limit=READ_BATCH)
-            out.extend(batch)
-            if len(batch) < READ_BATCH:
-                return out
-            position = batch[-1].position
+        return schedule_events_after(self.journal, position)
 
     # Writes -----------------------------------------------------------------------------------
 
@@ -272,6 +266,18 @@ class ScheduleIndex:
     def needs_rebuild(self) -> bool:
         """True when the rows cannot match the position (the table was dropped and recreated)."""
         return self.position() > 0 and self.count() == 0
+
+
+def schedule_events_after(journal: Journal, position: int) -> list[StoredEvent]:
+    """Every schedule event ``journal`` stored after ``position``, oldest first, read in
+    batches of :data:`READ_BATCH`."""
+    out: list[StoredEvent] = []
+    while True:
+        batch = journal.read_all(position, category="schedule", limit=READ_BATCH)
+        out.extend(batch)
+        if len(batch) < READ_BATCH:
+            return out
+        position = batch[-1].position
 
 
 def read_entry(schedule_id: str, text: str) -> ScheduleState:

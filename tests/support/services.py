@@ -558,6 +558,30 @@ def isolated_schema(url: str, prefix: str = "cdt_") -> Iterator[str]:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
 
 
+def with_application_name(pg_url: str) -> tuple[str, str]:
+    """``pg_url`` with a fresh ``application_name``, and that name (for
+    :func:`terminate_backends`)."""
+    name = f"cdt_app_{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in pg_url else "?"
+    return f"{pg_url}{sep}application_name={name}", name
+
+
+def terminate_backends(pg_url: str, application_name: str) -> int:
+    """``pg_terminate_backend`` every session of ``application_name`` (what a server restart
+    or a failover does to a client's connections); how many there were."""
+    import psycopg
+
+    parts = urlsplit(pg_url.replace("postgresql+psycopg://", "postgresql://"))
+    with psycopg.connect(f"postgresql://{parts.netloc}{parts.path}", autocommit=True) as conn:
+        return len(
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (application_name,),
+            ).fetchall()
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # Redis
 # --------------------------------------------------------------------------------------------

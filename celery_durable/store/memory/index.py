@@ -16,7 +16,12 @@ from celery_durable.core.journal import StoredEvent
 from celery_durable.core.partitions import PROJECTION
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import ScheduleState
-from celery_durable.store.index import READ_BATCH, entry_row, fold_stored, read_entry
+from celery_durable.store.index import (
+    entry_row,
+    fold_stored,
+    read_entry,
+    schedule_events_after,
+)
 
 if TYPE_CHECKING:
     from celery_durable.store.memory import MemoryStore
@@ -102,14 +107,7 @@ class MemoryIndex:
 
     def events_after(self, position: int) -> list[StoredEvent]:
         """Every schedule event stored after ``position``, oldest first."""
-        out: list[StoredEvent] = []
-        journal = self._store.journal
-        while True:
-            batch = journal.read_all(position, category="schedule", limit=READ_BATCH)
-            out.extend(batch)
-            if len(batch) < READ_BATCH:
-                return out
-            position = batch[-1].position
+        return schedule_events_after(self._store.journal, position)
 
     # Writes -----------------------------------------------------------------------------------
 
