@@ -636,7 +636,11 @@ def test_a_tick_does_not_stall_while_the_broker_refuses_connections(
 
 @pytest.mark.timeout(60)
 def test_a_schedule_whose_stream_is_behind_its_index_row_does_not_hang_the_tick(
-    sql_durable: Durable, clock: FakeClock, broker: Broker, caplog: pytest.LogCaptureFixture
+    sql_durable: Durable,
+    clock: FakeClock,
+    broker: Broker,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A journal restored from a backup older than its index: the index row of "behind" folds
     events its stream no longer holds, so every append at the row's version conflicts. The
@@ -644,7 +648,10 @@ def test_a_schedule_whose_stream_is_behind_its_index_row_does_not_hang_the_tick(
     rebuild, sends the other schedule's run, and looks at "behind" again at the next tick."""
     import sqlalchemy as sa
 
+    from celery_durable.store import conflicts
     from celery_durable.store.journal.schema import events
+
+    monkeypatch.setattr(conflicts.time, "sleep", lambda _s: None)  # the back-off is not tested here
 
     sql_durable.schedules.create("behind", "backup", "/srv/a", Every(timedelta(seconds=10)))
     sql_durable.schedules.create("fine", "backup", "/srv/b", Every(timedelta(seconds=10)))

@@ -12,10 +12,11 @@ import subprocess
 import textwrap
 from datetime import timedelta
 
+import pytest
 from celery import Celery
 
 from celery_durable import Durable, Every
-from celery_durable.runtime import CRASH_VARIABLE
+from celery_durable.runtime import CRASH_VARIABLE, Runtime
 from tests.support.clock import FakeClock
 from tests.support.processes import child_env, python_command
 
@@ -68,3 +69,14 @@ def test_the_dispatcher_and_retention_call_the_hook_at_their_points(
         assert "prune-batch" in points  # (prune-runs: only where durable run rows are kept)
     finally:
         durable.close()
+
+
+def test_a_runtime_takes_its_hook_as_an_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Runtime(fault=...)``: the hook given wins over the variable (which would kill here)."""
+    monkeypatch.setenv(CRASH_VARIABLE, "after-decide")
+    points: list[str] = []
+    runtime = Runtime(Celery(set_as_current=False), fault=points.append)
+    runtime.fault("after-decide")
+    assert points == ["after-decide"]
+    with pytest.raises(TypeError, match="fault"):
+        Runtime(Celery(set_as_current=False), fault="after-decide")  # type: ignore[arg-type]

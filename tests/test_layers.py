@@ -6,6 +6,9 @@
 * The import graph (read from the source with ``ast`` by tools/import_graph.py, whose
   functions these tests use) has no cycle of module-level imports, no module imports one of a
   higher layer, and only the store imports SQLAlchemy; the script itself says so.
+* Only the store holds a connection: outside ``store/`` nothing opens a transaction, holds an
+  engine or a connection, calls a store helper that takes one, or translates the database's
+  errors (the services write through a unit of work).
 * The core holds no live state: no module of it keeps a context variable, a thread-local, a
   ``global`` it rebinds, or a module-level container it changes. What a process holds (the
   clock, a beat's schedule objects) is passed in; memos of pure functions use ``lru_cache``.

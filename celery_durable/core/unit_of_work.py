@@ -78,7 +78,7 @@ class Store(Protocol):
 
     Every method raises :class:`~celery_durable.errors.JournalUnavailable` when the journal
     cannot be reached (its ``__cause__`` is the database layer's error) and
-    :class:`~celery_durable.errors.JournalError` for any other failure of the database.
+    :class:`~celery_durable.errors.JournalFailed` for any other failure of the database.
     """
 
     @property

@@ -70,9 +70,9 @@ class ConflictCount:
     :func:`retry_on_conflict` would make.
     """
 
-    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, sleep: Callable[[float], None] | None = None) -> None:
         self._counts: dict[Hashable, int] = {}
-        self._sleep = sleep
+        self._sleep = sleep or time.sleep
 
     def another(self, key: Hashable) -> bool:
         conflicts = self._counts[key] = self._counts.get(key, 0) + 1

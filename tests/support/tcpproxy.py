@@ -30,9 +30,12 @@ class TcpProxy:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
+        listener.setblocking(False)
         self._listener = listener
         self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        # The thread gets the listener itself: a cut() right after this may close it (and
+        # clear the attribute) before the thread first runs.
+        self._thread = threading.Thread(target=self._serve, args=(listener,), daemon=True)
         self._thread.start()
 
     def cut(self) -> None:
@@ -49,12 +52,13 @@ class TcpProxy:
                     sock.close()
             self._sockets.clear()
 
-    def _serve(self) -> None:
+    def _serve(self, listener: socket.socket) -> None:
         sel = selectors.DefaultSelector()
-        assert self._listener is not None
-        listener = self._listener
-        listener.setblocking(False)
-        sel.register(listener, selectors.EVENT_READ, None)
+        try:
+            sel.register(listener, selectors.EVENT_READ, None)
+        except (OSError, ValueError):  # cut before this thread first ran
+            sel.close()
+            return
         pairs: dict[socket.socket, socket.socket] = {}
         while not self._stop.is_set():
             for key, _ in sel.select(timeout=0.05):

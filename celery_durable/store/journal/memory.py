@@ -7,8 +7,10 @@ refused append stores nothing. Data is kept as the JSON text the SQL journal wou
 parsed on every read, so a reader never shares objects with a writer or with another reader.
 
 It serves unit tests of code written against :class:`~celery_durable.core.journal.Journal`
-(APScheduler's memory data store plays the same part). It is not shared between processes and
-nothing survives the process: it is no journal for beat or workers.
+(APScheduler's memory data store plays the same part), and is the journal of
+:class:`~celery_durable.store.memory.MemoryStore`, whose units of work hold its :attr:`lock`.
+It is not shared between processes and nothing survives the process: it is no journal for
+beat or workers.
 """
 
 from __future__ import annotations

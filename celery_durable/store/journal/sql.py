@@ -261,6 +261,9 @@ class SqlJournal:
         caller swallowed the error, the transaction is rolled back and :class:`JournalError`
         raised: part of the appends may have reached the database before the failure.
 
+        The store's own modules use it; the database layer's errors leave it as they are
+        (:meth:`writing` is the same transaction with them translated, :mod:`.errors`).
+
         Inside the block, write only through ``conn`` (:meth:`append_in`): :meth:`append`,
         :meth:`append_many` or a second :meth:`transaction` in the same thread would wait for
         this one's locks forever, so they raise :class:`JournalError` instead. Reads through
