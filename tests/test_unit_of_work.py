@@ -191,6 +191,23 @@ def test_other_readers_never_see_a_unit_before_its_end(any_store: AnyStore) -> N
     assert versions == [] or (versions == [1, 2] and after), seen
 
 
+def test_a_run_without_a_row_is_marked_missed_once(any_store: AnyStore) -> None:
+    """P1 when the worker gets there before the dispatcher's row: the row is made ``missed``
+    and the dispatcher's later insert leaves it alone; a second mark changes nothing. (This
+    insert used to fail on MariaDB, whose dialect has no ``ON CONFLICT``, and to say "marked"
+    every time on PostgreSQL, where an INSERT's row count is -1 unless asked to keep it.)"""
+    runs = any_store.run_table()
+    assert runs.mark_missed("r1", "t", NOW) is True
+    assert runs.mark_missed("r1", "t", NOW) is False
+    with any_store.unit_of_work() as unit:
+        unit.record_sent([Resend(run_id="r1", task="t")], now=NOW, lease=60)
+    row = runs.row("r1")
+    assert row is not None and row["status"] == "missed"
+    with any_store.unit_of_work() as unit:
+        unit.save_run("r2", {"status": "running"}, now=NOW)
+    assert runs.mark_missed("r2", "t", NOW) is False  # it had started
+
+
 # -- the database's errors leave the SQL store as the library's ----------------------------------
 
 

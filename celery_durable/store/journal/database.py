@@ -201,7 +201,9 @@ class Database:
 
     def insert_new(self, conn: Connection, table: Table, key: str, row: Mapping[str, Any]) -> bool:
         """Insert one row unless ``key`` exists; whether it was inserted."""
-        return bool(conn.execute(self.insert_or_ignore(table, key).values(**row)).rowcount)
+        # preserve_rowcount: without it psycopg's INSERT reports -1, which reads as inserted.
+        statement = self.insert_or_ignore(table, key).values(**row)
+        return bool(conn.execute(statement.execution_options(preserve_rowcount=True)).rowcount)
 
     def one_of(self, column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
         """``column IN values``."""
