@@ -1,8 +1,11 @@
-"""The replay check (W6): ended runs replayed against the current code, storing nothing.
+"""The replay check (W6, W14): stored runs, ended or still going, replayed against the current
+code, storing nothing.
 
 A changed step order is reported with the run ID and the first differing position; an
-unchanged body reports nothing; the check neither sends a message nor appends an event, and
-no step function runs. Through the API, the pytest helper and ``celery durable replay``.
+unchanged body reports nothing; a run still going (suspended in a sleep, waiting for a child)
+is replayed up to where it will go next; the check neither sends a message nor appends an
+event, and no step function runs. Through the API, the pytest helper and ``celery durable
+replay``.
 """
 
 from __future__ import annotations
@@ -200,3 +203,69 @@ def test_parallel_branches_are_checked_at_their_dotted_positions(
         "run 'branched-1' (replay.branched) at position 0.0.0: "
         "the journal holds step 'a' but the body now asks for step 'b'"
     ) in out
+
+
+# -- runs still going (W14) ---------------------------------------------------------------------
+
+
+def test_suspended_runs_are_checked_up_to_where_they_will_go_next(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    """A run asleep in ``replay.order`` and a parent waiting for its sleeping child: the
+    current code agrees with them so far; a changed first step would park both."""
+    replay_app.order.apply_async(task_id="asleep")
+    replay_app.parent.apply_async(task_id="waiting")
+    harness.run_until_idle()
+    rows = harness.durable.runs.rows(["asleep", "waiting", "waiting:1"])
+    assert {rid: row["status"] for rid, row in rows.items()} == dict.fromkeys(
+        ("asleep", "waiting", "waiting:1"), "suspended"
+    )
+    calls, sent, stored = list(replay_app.CALLS), harness.seam.sent, stored_events(harness)
+    assert check_runs(harness.durable.runtime) == []
+    assert cli(sqlite_url, "--check") == (0, "every checked run replays on the stored path\n")
+    assert cli(sqlite_url, "--check", "--run", "waiting")[0] == 0
+
+    replay_app.BODY.update(order="ba", parent="b")
+    found = {d.run_id: d for d in harness.replay_check()}
+    assert sorted(found) == ["asleep", "waiting"]
+    assert (found["waiting"].position, found["waiting"].expected, found["waiting"].found) == (
+        0,
+        ("a", "step"),
+        ("b", "step"),
+    )
+    assert str(found["asleep"]) == (
+        "run 'asleep' (replay.order, still suspended) at position 0: the journal holds step "
+        "'a' but the body now asks for step 'b'"
+    )
+    code, out = cli(sqlite_url, "--check", "--run", "asleep", "--json")
+    assert code == 1
+    report = json.loads(out[: out.rindex("}") + 1])
+    assert [(d["run_id"], d["status"]) for d in report["divergent"]] == [("asleep", "suspended")]
+    # Nothing was sent, stored or executed by any of the checks, and the runs sleep on.
+    assert (replay_app.CALLS, harness.seam.sent, stored_events(harness)) == (calls, sent, stored)
+    replay_app.reset()
+    harness.advance(days=1, hours=1)
+    assert harness.result("waiting") == ["A", "B"] and harness.result("asleep") == ["A", "B"]
+
+
+def test_a_suspended_run_of_the_old_code_is_reported_on_the_old_branch(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    replay_app.patch_wait.apply_async(task_id="old-asleep")
+    harness.run_until_idle()
+    replay_app.BODY["patch"] = "new"
+    replay_app.patch_wait.apply_async(task_id="new-asleep")
+    harness.run_until_idle()
+    code, out = cli(sqlite_url, "--check")
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "run 'old-asleep' (replay.patch_wait, still suspended) takes the old branch of "
+            "patch 'b-first' at position 0",
+            "every checked run replays on the stored path",
+        ],
+    )
+    # Without the patch the old run would park when it wakes: the check says so now.
+    replay_app.BODY["patch"] = "unguarded"
+    found = harness.replay_check()
+    assert {(d.run_id, d.position, d.status) for d in found} == {("new-asleep", 0, "suspended")}

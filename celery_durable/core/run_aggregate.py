@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from celery_durable.core.branches import BRANCHES_STARTED, BRANCHES_STOPPED, calls_of
 from celery_durable.core.children import (
     CHILD_ENDED,
     CHILD_STARTED,
@@ -89,6 +90,11 @@ class Position:
     """The run ID of the child started at this position (``child``/``start_child``)."""
     fanout: FanOut | None = None
     """The children of a ``map_children`` position."""
+    branches: int | None = None
+    """The number of branches of a group call (``parallel``/``race``/``gather``: W9);
+    ``None`` for other positions and for calls stored before the group markers."""
+    stopped_by: int | None = None
+    """The branch whose failure stopped a group call (``BranchesStopped``)."""
 
 
 @dataclass(slots=True)
@@ -117,6 +123,8 @@ class RunState:
     outcome: Outcome | None = None
     parent: str | None = None
     """The run ID of the parent of a child run (W13)."""
+    branch_calls: set[PositionId] = field(default_factory=set)
+    """The group calls (W9) with stored branch positions (see ``core.branches.legacy``)."""
 
     @property
     def started(self) -> bool:
@@ -140,6 +148,8 @@ def _position(state: RunState, data: Mapping[str, Any]) -> Position:
     record = state.positions.get(pos)
     if record is None:
         record = state.positions[pos] = Position(name=data["name"], kind=data["kind"])
+        if isinstance(pos, str):
+            state.branch_calls.update(calls_of(pos))
     return record
 
 
@@ -204,6 +214,12 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         record.result = None
     elif type_ in (CHILD_STARTED, CHILD_ENDED, FAN_OUT_STARTED):
         _apply_child(_position(state, data), type_, data)
+    elif type_ in (BRANCHES_STARTED, BRANCHES_STOPPED):
+        record = _position(state, data)
+        if data.get("branches") is not None:
+            record.branches = int(data["branches"])
+        if type_ == BRANCHES_STOPPED:
+            record.stopped_by = int(data["branch"])
     elif type_ == SIGNAL_RECEIVED:
         state.signals.setdefault(data["name"], deque()).append((version, data.get("payload")))
     elif type_ == RUN_SUSPENDED:
