@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from celery import group
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from celery_durable import Cancelled, StepFailed, gather, parallel, patched, race
 from celery_durable.core.ids import run_stream
@@ -463,3 +465,136 @@ def test_a_changed_group_call_parks_the_run_naming_position_expected_and_found(
     assert ran == [], "nothing of the changed call runs"
     outcome = env.durable.outcome(rid, 1)
     assert outcome.kind == "parked"  # type: ignore[union-attr]
+
+
+# -- property: any completion order, failures, races, gather's bound, nesting (W9) -------------
+
+
+@st.composite
+def group_bodies(draw: Any) -> dict[str, Any]:
+    """A group call (``parallel``, ``gather`` with ``at_most``, ``race``) of 1-3 branches;
+    each branch a few steps that succeed or fail, or a nested ``parallel``; a step where the
+    first delivery crashes (``None``: it crashes in the step after the call); the delay of
+    every step in each of the two deliveries (so the branches end in another order)."""
+    labels: list[str] = []
+
+    def steps(prefix: str, nest: bool) -> list[Any]:
+        actions: list[Any] = []
+        for i in range(draw(st.integers(0 if nest else 1, 2))):
+            label = f"{prefix}.{i}"
+            if nest and draw(st.integers(0, 3)) == 0:
+                subs = draw(st.integers(1, 2))
+                actions.append(["nested", [steps(f"{label}.{j}", False) for j in range(subs)]])
+            else:
+                labels.append(label)
+                actions.append(["step", label])
+        return actions
+
+    kind = draw(st.sampled_from(["parallel", "gather", "race"]))
+    branches = [steps(f"b{b}", True) for b in range(draw(st.integers(1, 3)))]
+    delays = st.fixed_dictionaries({label: st.sampled_from([0.0, 0.003, 0.01]) for label in labels})
+    return {
+        "kind": kind,
+        "at_most": draw(st.integers(1, 3)),
+        "branches": branches,
+        "fails": draw(st.sets(st.sampled_from(labels))) if labels else set(),
+        "crash": draw(st.none() | st.sampled_from(labels)) if labels else None,
+        "delays": [draw(delays), draw(delays)],
+    }
+
+
+def position_of(label: str) -> str:
+    """``b1.2.0.1`` (branch 1, its action 2: a nested call, sub-branch 0, step 1) is at
+    ``0.1.2.0.1``: the group call takes position 0."""
+    return "0." + label[1:]
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=group_bodies())
+def test_any_completion_order_replays_to_the_same_outcome_and_starts_nothing_new(
+    sqlite_env: Env, plan: dict[str, Any]
+) -> None:
+    env = sqlite_env
+    delivery = {"n": 0}
+    ran: list[list[str]] = [[], []]
+    seen: list[Any] = [None, None]
+
+    @env.durable.step(name="leg")
+    def leg(label: str) -> str:
+        n = delivery["n"]
+        assert step_context().position == position_of(label)
+        ran[n].append(label)
+        time.sleep(plan["delays"][n][label])
+        if n == 0 and label == plan["crash"]:
+            raise Crash()
+        if label in plan["fails"]:
+            raise ValueError(f"{label} fails")
+        return label
+
+    @env.durable.step(name="after")
+    def after(outcome: Any) -> Any:
+        seen[delivery["n"]] = outcome
+        if delivery["n"] == 0:
+            raise Crash()  # the first delivery always dies after the call (if it gets there)
+        return outcome
+
+    def actions(items: list[Any]) -> list[Any]:
+        out = []
+        for what, arg in items:
+            if what == "step":
+                out.append(leg(arg))
+            else:
+                out.append(parallel(*[(lambda sub=sub: actions(sub)) for sub in arg]))
+        return out
+
+    @env.durable.task(name=f"t.prop{uuid.uuid4().hex[:8]}")
+    def body() -> Any:
+        branches = [(lambda items=items: actions(items)) for items in plan["branches"]]
+        try:
+            if plan["kind"] == "parallel":
+                value = parallel(*branches)
+            elif plan["kind"] == "gather":
+                value = gather(lambda b: branches[b](), range(len(branches)), plan["at_most"])
+            else:
+                value = race(*branches)
+            outcome: Any = {"value": value}
+        except StepFailed as failure:
+            outcome = {"failed": failure.position}
+        return after(outcome)
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    before = fold(env.durable.journal.read_stream(run_stream(rid))).positions
+    settled = {p for p, r in before.items() if r.status in ("completed", "failed")}
+    env.after_crash()
+    delivery["n"] = 1
+    result = env.run(body, run_id=rid)
+
+    assert result == seen[1]
+    replayed = {position_of(label) for label in ran[1]}
+    assert not replayed & settled, "a step with a stored result ran again (W2)"
+    if seen[0] is not None:
+        assert ran[1] == [], "the replay started a step the first delivery did not"
+        assert seen[1] == seen[0], "the replay ends the call as the first delivery did"
+    for position, record in before.items():
+        decided = record.kind == "race" and record.status == "completed"
+        stopped = record.stopped_by is not None
+        if record.kind in ("parallel", "gather", "race") and (stopped or decided):
+            inside = [label for label in ran[1] if position_of(label).startswith(f"{position}.")]
+            assert inside == [], f"the replay started {inside} in the group stopped at {position}"
+    stored = fold(env.durable.journal.read_stream(run_stream(rid))).positions
+    for position, record in stored.items():
+        if record.kind == "step" and record.status == "completed" and position != 1:
+            assert record.result == f"b{str(position)[2:]}", "each branch got its own result"
+    assert stored[0].kind == plan["kind"] and stored[0].branches == len(plan["branches"])
+    assert replay_run(env.durable.runtime, rid) is None, "the replay check agrees"
+
+
+@pytest.fixture(scope="module")
+def sqlite_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    e = Env(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'journal.db'}")
+    yield e
+    e.durable.close()
