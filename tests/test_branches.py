@@ -155,6 +155,10 @@ def test_race_stores_its_winner_and_replay_returns_it(env: Env) -> None:
         env.run(body, run_id=rid)
     gates[1].set()
     assert env.positions(rid)[0] == ("2 branches", "race", "completed", {"winner": 0})
+    # A reader that skips the group markers (the version before them) sees the race it wrote.
+    stream = env.durable.journal.read_stream(run_stream(rid))
+    old_reader = fold(e for e in stream if not e.type.startswith("Branches"))
+    assert (old_reader.positions[0].name, old_reader.positions[0].kind) == ("race", "race")
     # On replay branch 1 would win at once, but the stored winner is branch 0.
     fast["branch"] = 1
     env.after_crash()
