@@ -155,14 +155,19 @@ def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: 
     assert code == 2 and "cannot be combined" in out
 
 
+def old_and_new_runs(harness: DurableHarness, task: Any, old: str, new: str) -> None:
+    """A run of ``task`` started by the code before the patch, then one by the code after."""
+    task.apply_async(task_id=old)
+    harness.run_until_idle()
+    replay_app.BODY["patch"] = "new"
+    task.apply_async(task_id=new)
+    harness.run_until_idle()
+
+
 def test_runs_of_the_old_code_take_the_old_branch_of_a_patch(
     harness: DurableHarness, sqlite_url: str
 ) -> None:
-    replay_app.patching.apply_async(task_id="old-code")
-    harness.run_until_idle()
-    replay_app.BODY["patch"] = "new"
-    replay_app.patching.apply_async(task_id="new-code")
-    harness.run_until_idle()
+    old_and_new_runs(harness, replay_app.patching, "old-code", "new-code")
     assert [harness.result(i) for i in ("old-code", "new-code")] == [["A", "B"], ["B", "A"]]
     assert [s.position for s in harness.steps_of("old-code")] == [0, 1]
     assert [(s.name, s.kind) for s in harness.steps_of("new-code")] == [
@@ -251,11 +256,7 @@ def test_suspended_runs_are_checked_up_to_where_they_will_go_next(
 def test_a_suspended_run_of_the_old_code_is_reported_on_the_old_branch(
     harness: DurableHarness, sqlite_url: str
 ) -> None:
-    replay_app.patch_wait.apply_async(task_id="old-asleep")
-    harness.run_until_idle()
-    replay_app.BODY["patch"] = "new"
-    replay_app.patch_wait.apply_async(task_id="new-asleep")
-    harness.run_until_idle()
+    old_and_new_runs(harness, replay_app.patch_wait, "old-asleep", "new-asleep")
     code, out = cli(sqlite_url, "--check")
     assert (code, out.splitlines()) == (
         0,
