@@ -764,3 +764,48 @@ def test_children_and_runs_show_of_a_run_with_a_parallel_and_children(
     shown = as_json(sqlite_url, "runs", "show", "mx")["durable"]
     assert [c["run_id"] for c in shown["children"]] == ["mx:0", "mx:3.0", "mx:3.1"]
     assert [step["position"] for step in shown["steps"]] == [0, 1, "1.0.0", "1.1.0", 2, 3]
+
+
+def test_the_replay_check_of_a_waiting_parent_cancels_and_sends_nothing(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent whose delivery died after recording a child's failure (before cancelling the
+    other children and storing the step's failure) cancels them on its next delivery; the
+    replay check (W14) replays it without doing so, and without sending anything."""
+    from celery_durable import sleep as durable_sleep
+    from celery_durable.worker import children
+    from celery_durable.worker.context import DeliveryKilled
+    from celery_durable.worker.replay import check_runs
+
+    durable = sqlite_durable
+    real_cancel = children.cancel_children
+    kills = {"left": 1}
+
+    def dies_once(*args: Any) -> Any:
+        if kills["left"]:
+            kills["left"] -= 1
+            raise DeliveryKilled("killed before the other children were cancelled")
+        return real_cancel(*args)
+
+    monkeypatch.setattr(children, "cancel_children", dies_once)
+
+    @durable.task(name="kids.slow_or_bad")
+    def slow_or_bad(x: int) -> int:
+        if x == 0:
+            raise ValueError("zero is bad")
+        durable_sleep(timedelta(days=1))
+        return x
+
+    @durable.task(name="kids.slow_or_bad.parent")
+    def parent() -> Any:
+        return durable.map_children(slow_or_bad, range(3), at_most=3)
+
+    parent.apply_async(task_id="rc")
+    durable.run_until_idle()
+    assert kills["left"] == 0
+    assert durable.run_ended("rc:0.0") == "faulted" and durable.run_ended("rc") is None
+    streams = {rid: events_of(durable, rid) for rid in ("rc", "rc:0.1", "rc:0.2")}
+    sent = durable.seam.sent
+    assert check_runs(durable.durable.runtime, run_id="rc") == []
+    assert {rid: events_of(durable, rid) for rid in streams} == streams, "nothing stored"
+    assert durable.seam.sent == sent, "nothing sent"

@@ -249,7 +249,7 @@ def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
         if record.status == "failed":
             raise step_failed(run.run_id, position, record.name, record.error or {}, 0)
         if run.state.cancel_pending:
-            cancel_children(runtime, [handle.run_id])
+            _cancel(run, [handle.run_id])
             raise cancelled(run, position, record.name, CHILD)
         found = _outcomes(runtime, [handle.run_id], statuses=False)
         if found:
@@ -339,11 +339,11 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
     recorded = fan.first_failure()
     if recorded is not None:
         _index, rid, data = recorded
-        cancel_children(runtime, [r for _, r in fan.in_flight()])
+        _cancel(run, [r for _, r in fan.in_flight()])
         raise _failed(run, position, name, rid, child_error(rid, data))
     flying = fan.in_flight()
     if run.state.cancel_pending:
-        cancel_children(runtime, [rid for _, rid in flying])
+        _cancel(run, [rid for _, rid in flying])
         raise cancelled(run, position, name, CHILDREN)
     found = _outcomes(runtime, [rid for _, rid in flying]) if flying else {}
     events: list[NewEvent] = []
@@ -365,7 +365,7 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
         run.append(events)
         rid, data = failed
         # No more children start; the ones still running are no longer waited for.
-        cancel_children(runtime, [r for _, r in fan.in_flight()])
+        _cancel(run, [r for _, r in fan.in_flight()])
         error = child_error(rid, data)
         raise _failed(run, position, name, rid, error)
     sends: list[Resend] = []
@@ -468,6 +468,13 @@ def wake_parent(run: RunContext) -> None:
             "run %r: could not wake its parent %r (%s: %s); the dispatcher will",
             run.run_id, parent, type(exc).__name__, exc,
         )  # fmt: skip
+
+
+def _cancel(run: RunContext, children: list[str]) -> None:
+    """:func:`cancel_children` from a body; the replay check (which ``sends`` nothing) only
+    replays, it cancels nothing."""
+    if getattr(run, "sends", True):
+        cancel_children(run.runtime, children)
 
 
 def cancel_children(runtime: Runtime, children: list[str]) -> None:
