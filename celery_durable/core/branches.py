@@ -89,11 +89,11 @@ def legacy_stopped(call: GroupPosition, positions: Mapping[Any, Any]) -> bool:
     the body went on past the call (so every step the call started is stored, and a position
     of it with nothing stored was never started). A replay begins such a group stopped, as
     ``BranchesStopped`` would say. ``positions``: the stored records by position."""
-    line = _order(call)
+    line = position_order(call)
     prefix, index = line[:-1], line[-1]
     went_on = failed = False
     for position, record in positions.items():
-        order = _order(position)
+        order = position_order(position)
         if order[: len(prefix)] == prefix and len(order) > len(prefix):
             went_on = went_on or order[len(prefix)] > index
         failed = failed or (under(call, position) and record.status == "failed")
@@ -102,7 +102,9 @@ def legacy_stopped(call: GroupPosition, positions: Mapping[Any, Any]) -> bool:
     return False
 
 
-def _order(position: GroupPosition) -> tuple[int, ...]:
+def position_order(position: GroupPosition) -> tuple[int, ...]:
+    """Sort key of positions: ``2 < "2.0.0" < "2.0.1" < "2.1.0" < 3`` (also exported by
+    ``core.run_aggregate``)."""
     if isinstance(position, int):
         return (position,)
     return tuple(int(part) for part in position.split("."))

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery_durable.core.branches import BRANCHES_STARTED, BRANCHES_STOPPED, calls_of
+from celery_durable.core.branches import (
+    BRANCHES_STARTED,
+    BRANCHES_STOPPED,
+    calls_of,
+    position_order,
+)
 from celery_durable.core.children import (
     CHILD_ENDED,
     CHILD_STARTED,
@@ -73,13 +78,6 @@ def position_id(value: Any) -> PositionId:
     if isinstance(value, str) and "." in value:
         return value
     return int(value)
-
-
-def position_order(position: PositionId) -> tuple[int, ...]:
-    """Sort key of positions: ``2 < "2.0.0" < "2.0.1" < "2.1.0" < 3``."""
-    if isinstance(position, int):
-        return (position,)
-    return tuple(int(part) for part in position.split("."))
 
 
 @dataclass(slots=True)
