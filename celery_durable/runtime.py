@@ -45,16 +45,23 @@ CRASH_VARIABLE = "CELERY_DURABLE_TEST_CRASH"
 
 
 def crash_at(point: str | None) -> Callable[[str], None]:
-    """A fault hook that dies like ``kill -9`` at the fault point named ``point`` (none: never).
+    """A fault hook that dies like ``kill -9`` at the fault point named ``point`` (none: never);
+    ``name@n`` dies the ``n``-th time the process reaches it.
 
-    The dispatcher and retention call the runtime's hook at named points (``after-decide``,
-    ``prune-batch``, ``prune-runs``); end-to-end tests set :data:`CRASH_VARIABLE` in a child
-    process to prove that a crash there loses nothing (A6, O1).
+    The dispatcher, retention and the worker call the runtime's hook at named points
+    (``after-decide``, ``prune-batch``, ``prune-runs``, ``after-child-start``: a parent's child
+    starts are committed and not yet sent); end-to-end tests set :data:`CRASH_VARIABLE` in a
+    child process to prove that a crash there loses nothing (A6, O1, W10).
     """
+    name, _, nth = (point or "").partition("@")
+    times = int(nth) if nth.isdigit() and int(nth) > 0 else 1
+    reached = [0]
 
-    def fault(name: str) -> None:
-        if name == point:
-            os.kill(os.getpid(), signal.SIGKILL)
+    def fault(at: str) -> None:
+        if point and at == name:
+            reached[0] += 1
+            if reached[0] >= times:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     return fault
 

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from celery_durable import Cancelled, StepFailed, gather, parallel, patched, race
 from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold, position_order
-from celery_durable.errors import DurableError
-from celery_durable.worker.context import step_context
+from celery_durable.errors import DurableError, RunParked
+from celery_durable.worker.context import current_run, step_context
 from celery_durable.worker.primitives import sleep, wait_signal
+from celery_durable.worker.replay import replay_run
 from tests import test_durable_tasks as durable_tasks
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,7 +94,8 @@ def test_branches_get_dotted_positions_and_replay_without_running(env: Env) -> N
         [["a1@1.0.0:1.0.0", "a2@1.0.1:1.0.1"], ["b1@1.1.0:1.1.0", "b2"]],
         "tail@2:2",
     ]
-    assert list(env.positions(rid)) == [0, "1.0.0", "1.0.1", "1.1.0", "1.1.1", 2]
+    assert list(env.positions(rid)) == [0, 1, "1.0.0", "1.0.1", "1.1.0", "1.1.1", 2]
+    assert env.positions(rid)[1][:3] == ("2 branches", "parallel", "started"), "the call's marker"
 
 
 def test_a_failing_branch_stops_the_others_and_is_raised(env: Env) -> None:
@@ -152,7 +154,11 @@ def test_race_stores_its_winner_and_replay_returns_it(env: Env) -> None:
     with pytest.raises(Crash):
         env.run(body, run_id=rid)
     gates[1].set()
-    assert env.positions(rid)[0] == ("race", "race", "completed", {"winner": 0})
+    assert env.positions(rid)[0] == ("2 branches", "race", "completed", {"winner": 0})
+    # A reader that skips the group markers (the version before them) sees the race it wrote.
+    stream = env.durable.journal.read_stream(run_stream(rid))
+    old_reader = fold(e for e in stream if not e.type.startswith("Branches"))
+    assert (old_reader.positions[0].name, old_reader.positions[0].kind) == ("race", "race")
     # On replay branch 1 would win at once, but the stored winner is branch 0.
     fast["branch"] = 1
     env.after_crash()
@@ -182,7 +188,7 @@ def test_gather_keeps_item_order_and_its_bound(env: Env) -> None:
     rid = new_id()
     assert env.run(body, run_id=rid) == [x * x for x in range(10)]
     assert live["max"] == 3
-    assert [p for p in env.positions(rid)] == [f"0.{i}.0" for i in range(10)]
+    assert [p for p in env.positions(rid)] == [0] + [f"0.{i}.0" for i in range(10)]
 
 
 def test_bad_input_is_refused_before_anything_is_stored(env: Env) -> None:
@@ -286,116 +292,6 @@ def test_patched_takes_the_old_branch_on_an_old_journal(env: Env) -> None:
     assert calls == []
 
 
-class Turns:
-    """Lets steps complete in a given order: a step waits for its turn, which moves on once
-    the previous step's result is stored (the runtime's "stored" hook)."""
-
-    def __init__(self, order: list[tuple[int, int]], crash_at: int | None) -> None:
-        self.order = order
-        self.crash_at = crash_at
-        self.turn = 0
-        self.crashed = False
-        self.cond = threading.Condition()
-
-    def wait(self, key: tuple[int, int]) -> None:
-        with self.cond:
-            while True:
-                if self.crashed:
-                    raise Crash()
-                if self.turn >= len(self.order) or self.order[self.turn] == key:
-                    break
-                self.cond.wait(5)
-            if self.turn == self.crash_at:
-                self.crashed = True
-                self.cond.notify_all()
-                raise Crash()
-
-    def stored(self, _moment: str, _run: str, _position: Any, _name: str) -> None:
-        if _moment == "stored":
-            with self.cond:
-                self.turn += 1
-                self.cond.notify_all()
-
-
-@st.composite
-def interleavings(draw: Any) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]]]:
-    """Branch lengths, a completion order for a first delivery, and one for the second."""
-    shape = draw(st.lists(st.integers(1, 3), min_size=2, max_size=4))
-
-    def order() -> list[tuple[int, int]]:
-        left = {b: 0 for b in range(len(shape))}
-        found = []
-        while left:
-            b = draw(st.sampled_from(sorted(left)))
-            found.append((b, left[b]))
-            left[b] += 1
-            if left[b] == shape[b]:
-                del left[b]
-        return found
-
-    return shape, order(), order()
-
-
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(case=interleavings(), crash=st.integers(0, 11))
-def test_any_interleaving_replays_to_the_same_results_and_positions(
-    sqlite_env: Env, case: Any, crash: int
-) -> None:
-    shape, first, second = case
-    env = sqlite_env
-    turns = {"now": Turns(first, crash % len(first))}
-    hook = lambda *a: turns["now"].stored(*a)  # noqa: E731
-    env.durable.runtime.step_hooks.append(hook)
-    try:
-        check_interleaving(env, turns, shape, second)
-    finally:
-        env.durable.runtime.step_hooks.remove(hook)
-
-
-def check_interleaving(
-    env: Env, turns: dict[str, Turns], shape: list[int], second: list[tuple[int, int]]
-) -> None:
-    ran: list[tuple[int, int]] = []
-
-    @env.durable.step(name="leg")
-    def leg(b: int, s: int) -> str:
-        turns["now"].wait((b, s))
-        ran.append((b, s))
-        return f"{b}/{s}"
-
-    @env.durable.task(name=f"t.prop{uuid.uuid4().hex[:6]}")
-    def body(lengths: list[int]) -> Any:
-        return parallel(
-            *[(lambda b=b, n=n: [leg(b, s) for s in range(n)]) for b, n in enumerate(lengths)]
-        )
-
-    rid = new_id()
-    with pytest.raises(Crash):
-        env.run(body, shape, run_id=rid)
-    before = set(env.positions(rid))
-    assert before == {f"0.{b}.{s}" for b, s in ran}, "exactly the steps that returned are stored"
-    done = set(ran)
-    env.after_crash()
-    turns["now"] = Turns([k for k in second if k not in done], None)
-    ran.clear()
-    expected = [[f"{b}/{s}" for s in range(n)] for b, n in enumerate(shape)]
-    assert env.run(body, shape, run_id=rid) == expected
-    assert not done & set(ran), "a stored step ran again"
-    stored = env.positions(rid)
-    assert set(stored) == {f"0.{b}.{s}" for b, n in enumerate(shape) for s in range(n)}
-    assert before <= set(stored)
-    assert all(stored[f"0.{b}.{s}"][3] == f"{b}/{s}" for b, n in enumerate(shape) for s in range(n))
-
-
-@pytest.fixture(scope="module")
-def sqlite_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    e = Env(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'journal.db'}")
-    yield e
-    e.durable.close()
-
-
 def test_parallel_returns_what_a_celery_group_of_the_same_functions_returns(env: Env) -> None:
     """Celery's own ``group`` (run eagerly, in order) is the oracle for results and order."""
 
@@ -440,3 +336,269 @@ def test_a_cancel_reaches_the_branches_at_their_next_step(env: Env) -> None:
     assert failed.value.kind == "cancelled"
     assert "a" not in ran, "the branch that asked for the cancel stops at its next step"
     assert env.durable.outcome(rid, 1) == Cancelled()
+
+
+# -- a failed group replays stopped (W9) and a changed group call parks (W6) -------------------
+
+
+def wait_until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the condition")
+        time.sleep(0.005)
+
+
+def test_a_replayed_failed_parallel_starts_no_step_the_first_delivery_did_not(env: Env) -> None:
+    """Branch 1 fails while branch 0's first step runs; that step's result is stored after
+    the group stopped, so branch 0's second step never starts. The body handles the failure
+    and the worker dies in the next step. On replay the stored failure and the stored step
+    return at once: the group must begin stopped, or branch 0 starts its second step, which
+    the first delivery never did."""
+    ran: list[str] = []
+    crash = {"on": True}
+
+    @env.durable.step(name="slow")
+    def slow() -> str:
+        ran.append("slow")
+        view = current_run()  # the branch's view: its group stops when branch 1 fails
+        wait_until(lambda: view.group.stopped)  # type: ignore[union-attr]
+        return "slow"
+
+    @env.durable.step(name="second")
+    def second() -> str:
+        ran.append("second")
+        return "second"
+
+    @env.durable.step(name="boom")
+    def boom() -> None:
+        ran.append("boom")
+        raise ValueError("branch 1 broke")
+
+    @env.durable.step(name="after")
+    def after(position: Any) -> Any:
+        ran.append("after")
+        if crash["on"]:
+            raise Crash()
+        return position
+
+    @env.durable.task(name="t.stopped_replay")
+    def body() -> Any:
+        try:
+            parallel(lambda: [slow(), second()], boom)
+        except StepFailed as failure:
+            return after(failure.position)
+        return after("no failure")
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    assert sorted(ran) == ["after", "boom", "slow"], "the first delivery never starts 'second'"
+    stored = env.positions(rid)
+    assert stored["0.0.0"][2] == "completed" and "0.0.1" not in stored
+    env.after_crash()
+    crash["on"] = False
+    ran.clear()
+    assert env.run(body, run_id=rid) == "0.1.0"
+    assert ran == ["after"], "the replay starts no step the first delivery did not start"
+    assert env.positions(rid)[0] == ("2 branches", "parallel", "started", None), "the marker"
+    state = fold(env.durable.journal.read_stream(run_stream(rid)))
+    assert state.positions[0].stopped_by == 1, "the group's stop names the failing branch"
+    assert replay_run(env.durable.runtime, rid) is None, "the replay check agrees"
+
+
+def _group_call(shape: str, step: Any) -> Any:
+    """The group call of one body version: ``parallel2``, ``gather2``, ``race3`` … or
+    ``step``."""
+    if shape == "step":
+        return step("instead")
+    kind, count = shape[:-1], int(shape[-1])
+    if kind == "gather":
+        return gather(step, [f"i{i}" for i in range(count)])
+    branches = [(lambda i=i: step(f"b{i}")) for i in range(count)]
+    return (parallel if kind == "parallel" else race)(*branches)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected", "found"),
+    [
+        ("parallel2", "step", ("2 branches", "parallel"), ("s", "step")),
+        ("parallel2", "gather2", ("2 branches", "parallel"), ("2 branches", "gather")),
+        ("gather2", "parallel2", ("2 branches", "gather"), ("2 branches", "parallel")),
+        ("parallel2", "parallel3", ("2 branches", "parallel"), ("3 branches", "parallel")),
+        ("parallel3", "parallel2", ("3 branches", "parallel"), ("2 branches", "parallel")),
+        ("race2", "race3", ("2 branches", "race"), ("3 branches", "race")),
+        ("gather2", "gather1", ("2 branches", "gather"), ("1 branch", "gather")),
+    ],
+)
+def test_a_changed_group_call_parks_the_run_naming_position_expected_and_found(
+    env: Env, before: str, after: str, expected: tuple[str, str], found: tuple[str, str]
+) -> None:
+    deployed = {"shape": before}
+    ran: list[str] = []
+
+    @env.durable.step(name="s")
+    def s(x: str) -> str:
+        ran.append(x)
+        return x
+
+    @env.durable.step(name="end")
+    def end() -> str:
+        if deployed["shape"] == before:
+            raise Crash()  # the first delivery dies after the group call
+        return "end"
+
+    @env.durable.task(name=f"t.w6.{before}.{after}")
+    def body() -> Any:
+        return [_group_call(deployed["shape"], s), end()]
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    deployed["shape"] = after
+    env.after_crash()
+    ran.clear()
+    with pytest.raises(RunParked) as parked:
+        env.run(body, run_id=rid)
+    assert (parked.value.position, parked.value.expected, parked.value.found) == (
+        0,
+        expected,
+        found,
+    )
+    assert "non-deterministic replay at position 0" in str(parked.value)
+    assert ran == [], "nothing of the changed call runs"
+    outcome = env.durable.outcome(rid, 1)
+    assert outcome.kind == "parked"  # type: ignore[union-attr]
+
+
+# -- property: any completion order, failures, races, gather's bound, nesting (W9) -------------
+
+
+@st.composite
+def group_bodies(draw: Any) -> dict[str, Any]:
+    """A group call (``parallel``, ``gather`` with ``at_most``, ``race``) of 1-3 branches;
+    each branch a few steps that succeed or fail, or a nested ``parallel``; a step where the
+    first delivery crashes (``None``: it crashes in the step after the call); the delay of
+    every step in each of the two deliveries (so the branches end in another order)."""
+    labels: list[str] = []
+
+    def steps(prefix: str, nest: bool) -> list[Any]:
+        actions: list[Any] = []
+        for i in range(draw(st.integers(0 if nest else 1, 2))):
+            label = f"{prefix}.{i}"
+            if nest and draw(st.integers(0, 3)) == 0:
+                subs = draw(st.integers(1, 2))
+                actions.append(["nested", [steps(f"{label}.{j}", False) for j in range(subs)]])
+            else:
+                labels.append(label)
+                actions.append(["step", label])
+        return actions
+
+    kind = draw(st.sampled_from(["parallel", "gather", "race"]))
+    branches = [steps(f"b{b}", True) for b in range(draw(st.integers(1, 3)))]
+    delays = st.fixed_dictionaries({label: st.sampled_from([0.0, 0.003, 0.01]) for label in labels})
+    return {
+        "kind": kind,
+        "at_most": draw(st.integers(1, 3)),
+        "branches": branches,
+        "fails": draw(st.sets(st.sampled_from(labels))) if labels else set(),
+        "crash": draw(st.none() | st.sampled_from(labels)) if labels else None,
+        "delays": [draw(delays), draw(delays)],
+    }
+
+
+def position_of(label: str) -> str:
+    """``b1.2.0.1`` (branch 1, its action 2: a nested call, sub-branch 0, step 1) is at
+    ``0.1.2.0.1``: the group call takes position 0."""
+    return "0." + label[1:]
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=group_bodies())
+def test_any_completion_order_replays_to_the_same_outcome_and_starts_nothing_new(
+    sqlite_env: Env, plan: dict[str, Any]
+) -> None:
+    env = sqlite_env
+    delivery = {"n": 0}
+    ran: list[list[str]] = [[], []]
+    seen: list[Any] = [None, None]
+
+    @env.durable.step(name="leg")
+    def leg(label: str) -> str:
+        n = delivery["n"]
+        assert step_context().position == position_of(label)
+        ran[n].append(label)
+        time.sleep(plan["delays"][n][label])
+        if n == 0 and label == plan["crash"]:
+            raise Crash()
+        if label in plan["fails"]:
+            raise ValueError(f"{label} fails")
+        return label
+
+    @env.durable.step(name="after")
+    def after(outcome: Any) -> Any:
+        seen[delivery["n"]] = outcome
+        if delivery["n"] == 0:
+            raise Crash()  # the first delivery always dies after the call (if it gets there)
+        return outcome
+
+    def actions(items: list[Any]) -> list[Any]:
+        out = []
+        for what, arg in items:
+            if what == "step":
+                out.append(leg(arg))
+            else:
+                out.append(parallel(*[(lambda sub=sub: actions(sub)) for sub in arg]))
+        return out
+
+    @env.durable.task(name=f"t.prop{uuid.uuid4().hex[:8]}")
+    def body() -> Any:
+        branches = [(lambda items=items: actions(items)) for items in plan["branches"]]
+        try:
+            if plan["kind"] == "parallel":
+                value = parallel(*branches)
+            elif plan["kind"] == "gather":
+                value = gather(lambda b: branches[b](), range(len(branches)), plan["at_most"])
+            else:
+                value = race(*branches)
+            outcome: Any = {"value": value}
+        except StepFailed as failure:
+            outcome = {"failed": failure.position}
+        return after(outcome)
+
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    before = fold(env.durable.journal.read_stream(run_stream(rid))).positions
+    settled = {p for p, r in before.items() if r.status in ("completed", "failed")}
+    env.after_crash()
+    delivery["n"] = 1
+    result = env.run(body, run_id=rid)
+
+    assert result == seen[1]
+    replayed = {position_of(label) for label in ran[1]}
+    assert not replayed & settled, "a step with a stored result ran again (W2)"
+    if seen[0] is not None:
+        assert ran[1] == [], "the replay started a step the first delivery did not"
+        assert seen[1] == seen[0], "the replay ends the call as the first delivery did"
+    for position, record in before.items():
+        decided = record.kind == "race" and record.status == "completed"
+        stopped = record.stopped_by is not None
+        if record.kind in ("parallel", "gather", "race") and (stopped or decided):
+            inside = [label for label in ran[1] if position_of(label).startswith(f"{position}.")]
+            assert inside == [], f"the replay started {inside} in the group stopped at {position}"
+    stored = fold(env.durable.journal.read_stream(run_stream(rid))).positions
+    for position, record in stored.items():
+        if record.kind == "step" and record.status == "completed" and position != 1:
+            assert record.result == f"b{str(position)[2:]}", "each branch got its own result"
+    assert stored[0].kind == plan["kind"] and stored[0].branches == len(plan["branches"])
+    assert replay_run(env.durable.runtime, rid) is None, "the replay check agrees"
+
+
+@pytest.fixture(scope="module")
+def sqlite_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    e = Env(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'journal.db'}")
+    yield e
+    e.durable.close()

@@ -448,3 +448,364 @@ def test_runs_show_lists_the_children_and_a_child_names_its_parent(
         for c in as_json(sqlite_url, "runs", "show", "sp")["durable"]["children"]
     )
     assert states["sp:0"] == "finished" and states["sp:1.1"] == "faulted"
+
+
+# -- ordering of the journal's facts at a fan-out (W7, W11, W12) ---------------------------------
+
+
+def test_cancelling_a_parent_after_its_map_children_finished_cancels_it_at_its_next_step(
+    durable: DurableHarness,
+) -> None:
+    """The fan-out ended before the cancel: the replay returns its results, and the body
+    sees the cancel at the step it is waiting in (here a sleep), not at the fan-out."""
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.sq")
+    def sq(x: int) -> int:
+        return x * x
+
+    @durable.task(name="kids.sq.parent")
+    def parent() -> str:
+        try:
+            got = durable.map_children(sq, [1, 2, 3], at_most=2)
+        except StepFailed as exc:
+            return f"map_children raised {exc.kind} at position {exc.position}"
+        try:
+            durable_sleep(timedelta(hours=1))
+        except StepFailed as exc:
+            return f"{exc.kind} at position {exc.position}, results {got}"
+        return "slept"
+
+    parent.apply_async(task_id="cs")
+    durable.run_until_idle()
+    assert durable.run_ended("cs") is None, "the parent sleeps after its fan-out"
+    assert durable.cancel("cs")
+    durable.run_until_idle()
+    assert durable.result("cs") == "cancelled at position 1, results [1, 4, 9]"
+    failed = [
+        e.data for e in durable.journal.read_stream(run_stream("cs")) if e.type == "StepFailed"
+    ]
+    assert [d["position"] for d in failed] == [1], "the finished fan-out is not failed"
+
+
+def test_a_child_failure_recorded_before_a_crash_fails_the_fan_out_on_the_next_delivery(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delivery that saw a child fault dies before storing the step's failure: the next
+    one raises the same failure and starts no further child."""
+    durable = sqlite_durable
+    from celery_durable.worker import children
+    from celery_durable.worker.context import DeliveryKilled
+
+    real_failed = children._failed
+    kills = {"left": 1}
+
+    def dies_once(*args: Any) -> Any:
+        if kills["left"]:
+            kills["left"] -= 1
+            raise DeliveryKilled("killed before the step's failure was stored")
+        return real_failed(*args)
+
+    monkeypatch.setattr(children, "_failed", dies_once)
+
+    @durable.task(name="kids.one_bad")
+    def one_bad(x: int) -> int:
+        if x == 1:
+            raise ValueError("one is bad")
+        return x
+
+    @durable.task(name="kids.one_bad.parent")
+    def parent() -> str:
+        try:
+            durable.map_children(one_bad, range(6), at_most=2)
+        except StepFailed as exc:
+            return f"{exc.kind}: {exc.error_type}"
+        return "ok"
+
+    parent.apply_async(task_id="fc")
+    durable.run_until_idle()
+    assert kills["left"] == 0 and durable.run_ended("fc") is None
+    started = [rid for rid, _ in durable.children("fc")]
+    durable.advance(timedelta(seconds=durable.config.run_lease + 1))
+    assert durable.result("fc") == "child: ValueError"
+    assert [rid for rid, _ in durable.children("fc")] == started, "no child started after"
+
+
+# -- a lost start without beat (W10) --------------------------------------------------------------
+
+
+def test_a_start_lost_with_the_parents_worker_is_sent_by_the_parents_next_delivery(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker dies between committing the children's starts and sending them. No
+    dispatcher re-sends stale runs (no beat: D8 finds nothing); the broker delivers the
+    parent's message again, and that delivery sends the children no worker has claimed."""
+    from celery import signals
+
+    from celery_durable.store.runs import RunStore
+    from celery_durable.worker import children
+    from celery_durable.worker.context import DeliveryKilled
+
+    durable = sqlite_durable
+    monkeypatch.setattr(RunStore, "stale", lambda self, now, limit=100: [])
+    real_send = children._send
+    kills = {"left": 1}
+
+    def dies_once(runtime: Any, sends: Any) -> None:
+        if kills["left"]:
+            kills["left"] -= 1
+            raise DeliveryKilled("killed after the starts were stored, before the send")
+        real_send(runtime, sends)
+
+    monkeypatch.setattr(children, "_send", dies_once)
+    published: Counter[str] = Counter()
+
+    def count(sender: Any = None, headers: Any = None, **_: Any) -> None:
+        published[str((headers or {}).get("id"))] += 1
+
+    signals.before_task_publish.connect(count, weak=False)
+    bodies: Counter[int] = Counter()
+
+    @durable.task(name="kids.lost.start.child")
+    def child_task(x: int) -> int:
+        bodies[x] += 1
+        return x + 1
+
+    @durable.task(name="kids.lost.start.parent")
+    def parent() -> list[int]:
+        one = durable.child(child_task, 0)
+        return [one, *durable.map_children(child_task, [1, 2, 3], at_most=2)]
+
+    try:
+        parent.apply_async(task_id="ls")
+        durable.run_until_idle()
+        assert kills["left"] == 0, "the worker died between the commit and the send"
+        assert durable.children("ls") == [("ls:0", "queued")]
+        # The lease of the dead delivery passes (the clock alone: D8 would find the child's
+        # row stale now, but no dispatcher re-sends anything here).
+        durable.clock.set(durable.now() + timedelta(seconds=durable.config.run_lease + 1))
+        durable.run_until_idle()
+        assert durable.run_ended("ls:0") is None, "nothing sends the child by itself"
+        # The broker delivers the parent's message again (acks_late, the worker died).
+        resend = durable.runs.resend_of("ls")
+        assert resend is not None
+        resend.send(durable.app)
+        durable.run_until_idle()
+        assert durable.result("ls") == [1, 2, 3, 4]
+    finally:
+        signals.before_task_publish.disconnect(count)
+    assert bodies == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert published["ls:0"] == 1, "sent once, by the parent's next delivery"
+    assert all(published[f"ls:1.{i}"] == 1 for i in range(3)), "no other child sent twice"
+    assert set(run_ids_started(durable).values()) == {1}
+
+
+# -- more bad input (W10): refused before anything is stored --------------------------------------
+
+
+def test_child_runs_are_refused_in_branches_and_handles_are_checked(
+    durable: DurableHarness,
+) -> None:
+    from celery_durable import parallel
+
+    @durable.task(name="kids.leaf")
+    def leaf() -> str:
+        return "leaf"
+
+    @durable.task(name="kids.other.parent")
+    def other() -> Any:
+        return durable.start_child(leaf).run_id
+
+    errors: dict[str, str] = {}
+
+    @durable.task(name="kids.branch.parent")
+    def parent(foreign: str) -> dict[str, str]:
+        for label, call in {
+            "child": lambda: parallel(lambda: durable.child(leaf), lambda: 1),
+            "start_child": lambda: parallel(lambda: durable.start_child(leaf)),
+            "map_children": lambda: parallel(lambda: durable.map_children(leaf, [], at_most=1)),
+            "foreign": lambda: durable.wait_child(ChildHandle(foreign)),
+            "not_a_handle": lambda: durable.wait_child("x:0"),  # type: ignore[arg-type]
+            "unstarted": lambda: durable.wait_child(ChildHandle("kb:7")),
+        }.items():
+            try:
+                call()
+            except (TypeError, DurableError) as exc:
+                errors[label] = f"{type(exc).__name__}: {exc}"
+        return errors
+
+    other.apply_async(task_id="ko")
+    durable.run_until_idle()
+    foreign = durable.result("ko")
+    parent.apply_async((foreign,), task_id="kb")
+    durable.run_until_idle()
+    seen = durable.result("kb")
+    for what in ("child", "start_child", "map_children"):
+        assert "cannot be called inside a parallel branch of run 'kb'" in seen[what], seen[what]
+    assert "'ko:0' is not a child started by run 'kb'" in seen["foreign"]
+    assert seen["not_a_handle"] == "TypeError: wait_child() takes a ChildHandle, not str"
+    assert "'kb:7' is not a child started by run 'kb'" in seen["unstarted"]
+    assert durable.children("kb") == []
+    assert not {"ChildStarted", "FanOutStarted"} & set(events_of(durable, "kb"))
+    # Outside a durable run.
+    with pytest.raises(DurableError, match=r"start_child\(\) can only be called inside"):
+        durable.start_child(leaf)
+    with pytest.raises(DurableError, match=r"wait_child\(\) can only be called inside"):
+        durable.wait_child(ChildHandle("ko:0"))
+
+
+@pytest.mark.parametrize("journal", ["sqlite", "postgres"])
+def test_oversized_keyword_arguments_and_too_long_child_run_ids_are_refused(
+    celery_app: Celery, journal: str, request: pytest.FixtureRequest
+) -> None:
+    """The longest child run ID that fits is stored (PostgreSQL checks the column's length);
+    one character more is refused before anything is stored."""
+    url = request.getfixturevalue({"sqlite": "sqlite_url", "postgres": "pg_url"}[journal])
+    celery_app.conf.durable_max_input_bytes = 1000
+    with DurableHarness(celery_app, url, clock=TestClock(T0)) as durable:
+        durable.start()
+
+        @durable.task(name="kids.kw")
+        def kw(x: Any = None, **kwargs: Any) -> int:
+            return len(kwargs)
+
+        @durable.task(name="kids.kw.parent")
+        def parent(which: str) -> Any:
+            if which == "kwargs":
+                return durable.child(kw, blob="x" * 2000)
+            if which == "map":
+                return durable.map_children(kw, range(3), at_most=1)
+            return durable.child(kw)
+
+        parent.apply_async(("kwargs",), task_id="kk")
+        long_id = "p" * 249
+        parent.apply_async(("child",), task_id=long_id)  # + ":0": 251 characters, fits
+        longer = "q" * 250
+        parent.apply_async(("child",), task_id=longer)  # + ":0": 252 characters
+        parent.apply_async(("map",), task_id="m" * 247)  # + ":0.2": 251, fits
+        parent.apply_async(("map",), task_id="n" * 248)  # + ":0.2": 252
+        durable.run_until_idle()
+        kwargs_error = durable.outcome("kk")
+        assert "the keyword arguments of child task 'kids.kw'" in kwargs_error.error
+        assert "1000" in kwargs_error.error
+        assert durable.result(long_id) == 0
+        assert durable.result("m" * 247) == [0, 0, 0]
+        for rid in (longer, "n" * 248):
+            error = durable.outcome(rid).error
+            assert "would have 252 characters; a run ID has at most 251" in error, error
+            assert durable.children(rid) == []
+            assert not {"ChildStarted", "FanOutStarted"} & set(events_of(durable, rid))
+        assert "ChildStarted" not in events_of(durable, "kk")
+
+
+def test_cancelling_a_parent_waiting_in_one_child_cancels_that_child(
+    durable: DurableHarness,
+) -> None:
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.slow.one")
+    def slow_one() -> str:
+        durable_sleep(timedelta(days=1))
+        return "woke"
+
+    @durable.task(name="kids.slow.one.parent")
+    def parent() -> str:
+        try:
+            return str(durable.child(slow_one))
+        except StepFailed as exc:
+            return f"{exc.kind} at position {exc.position}"
+
+    parent.apply_async(task_id="c1")
+    durable.run_until_idle()
+    assert durable.children("c1") == [("c1:0", "suspended")]
+    assert durable.cancel("c1")
+    durable.run_until_idle()
+    assert durable.result("c1") == "cancelled at position 0"
+    assert durable.run_ended("c1:0") == "cancelled"
+
+
+# -- W13 on a run with branches -----------------------------------------------------------------
+
+
+def test_children_and_runs_show_of_a_run_with_a_parallel_and_children(
+    celery_app: Celery, sqlite_url: str
+) -> None:
+    """Positions of such a run are ints and dotted strs: they sort by position order."""
+    from celery_durable import parallel
+    from tests.test_cli import as_json, ok
+
+    with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
+        durable.start()
+
+        @durable.step(name="s")
+        def s(x: int) -> int:
+            return x
+
+        @durable.task(name="kids.mixed.child")
+        def mixed_child(x: int) -> int:
+            return s(x)
+
+        @durable.task(name="kids.mixed.parent")
+        def parent() -> Any:
+            first = durable.child(mixed_child, 1)
+            both = parallel(lambda: s(2), lambda: s(3))
+            return [first, both, s(4), durable.map_children(mixed_child, [5, 6], at_most=2)]
+
+        parent.apply_async(task_id="mx")
+        durable.run_until_idle()
+        assert durable.result("mx") == [1, [2, 3], 4, [5, 6]]
+        assert durable.children("mx") == [
+            ("mx:0", "finished"),
+            ("mx:3.0", "finished"),
+            ("mx:3.1", "finished"),
+        ]
+    text = ok(sqlite_url, "runs", "show", "mx")
+    assert "Children (3: " in text and "mx:3.1" in text
+    shown = as_json(sqlite_url, "runs", "show", "mx")["durable"]
+    assert [c["run_id"] for c in shown["children"]] == ["mx:0", "mx:3.0", "mx:3.1"]
+    assert [step["position"] for step in shown["steps"]] == [0, 1, "1.0.0", "1.1.0", 2, 3]
+
+
+def test_the_replay_check_of_a_waiting_parent_cancels_and_sends_nothing(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent whose delivery died after recording a child's failure (before cancelling the
+    other children and storing the step's failure) cancels them on its next delivery; the
+    replay check (W14) replays it without doing so, and without sending anything."""
+    from celery_durable import sleep as durable_sleep
+    from celery_durable.worker import children
+    from celery_durable.worker.context import DeliveryKilled
+    from celery_durable.worker.replay import check_runs
+
+    durable = sqlite_durable
+    real_cancel = children.cancel_children
+    kills = {"left": 1}
+
+    def dies_once(*args: Any) -> Any:
+        if kills["left"]:
+            kills["left"] -= 1
+            raise DeliveryKilled("killed before the other children were cancelled")
+        return real_cancel(*args)
+
+    monkeypatch.setattr(children, "cancel_children", dies_once)
+
+    @durable.task(name="kids.slow_or_bad")
+    def slow_or_bad(x: int) -> int:
+        if x == 0:
+            raise ValueError("zero is bad")
+        durable_sleep(timedelta(days=1))
+        return x
+
+    @durable.task(name="kids.slow_or_bad.parent")
+    def parent() -> Any:
+        return durable.map_children(slow_or_bad, range(3), at_most=3)
+
+    parent.apply_async(task_id="rc")
+    durable.run_until_idle()
+    assert kills["left"] == 0
+    assert durable.run_ended("rc:0.0") == "faulted" and durable.run_ended("rc") is None
+    streams = {rid: events_of(durable, rid) for rid in ("rc", "rc:0.1", "rc:0.2")}
+    sent = durable.seam.sent
+    assert check_runs(durable.durable.runtime, run_id="rc") == []
+    assert {rid: events_of(durable, rid) for rid in streams} == streams, "nothing stored"
+    assert durable.seam.sent == sent, "nothing sent"

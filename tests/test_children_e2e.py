@@ -1,48 +1,74 @@
 """Child runs on real ``celery worker`` processes (W10, W11): a fan-out survives kill -9.
 
-The app is ``tests/support/children_app.py``. Two workers: a solo one that takes parents and
-children, a prefork one that takes children. Each is killed with SIGKILL while the fan-out is
-going and started again. A dispatcher ticks in the test process, as beat would (D8). Every
-child's step counts its executions in Redis, outside the journal. A Celery ``chord`` of the
-same fan-out on the same workers is the oracle for the results.
+The app is ``tests/support/children_app.py``. Two workers: a solo one that takes the parents,
+a prefork one (two processes) that takes the children. The matrix is {Redis, RabbitMQ} ×
+{PostgreSQL, SQLite}; two of its cases run a dispatcher in the test process (as beat would:
+D8), the two others none at all, so that the fan-out recovers by the brokers' redelivery alone.
+
+In each case ``map_children`` over 200 inputs with ``at_most=20``:
+
+* the parent's worker dies at the fault point between committing a batch of children's starts
+  and sending them (``CELERY_DURABLE_TEST_CRASH=after-child-start@3``: the third batch); the
+  test checks that it died there (the batch is stored, its children never claimed);
+* the children's worker is killed with SIGKILL while it runs the step of input 120 (gated);
+* every child's step counts its executions in a file outside the journal and the broker.
+
+Then: each child's step ran once, or twice if it was in flight in the killed worker (W2); no
+run ID started twice; the results are in input order and equal a Celery ``chord``'s; the
+parent finished with O(1) journal events per child.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis
 from celery import Celery, chord
 
 from celery_durable import Durable
 from celery_durable.core.ids import run_stream
+from celery_durable.runtime import CRASH_VARIABLE
+from tests.support.children_app import counted, pids_of
 from tests.support.processes import ManagedProcess, python_command, running_process, wait_for
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 N = 200
 AT_MOST = 20
+GATED = 120
+CRASH = "after-child-start@3"
 
 
 class World:
-    def __init__(self, tmp_path: Path, broker: str, journal: str) -> None:
+    def __init__(self, tmp_path: Path, broker: str, backend: str, journal: str) -> None:
         self.tmp = tmp_path
+        self.counts = tmp_path / "counts.txt"
+        self.gate = tmp_path / "gate"
+        prefix = f"e2e-{uuid.uuid4().hex[:8]}-"
+        self.queues = (f"{prefix}parents", f"{prefix}kids")
         self.env = {
             "E2E_BROKER": broker,
+            "E2E_BACKEND": backend,
             "E2E_JOURNAL": journal,
+            "E2E_COUNTS": str(self.counts),
+            "E2E_GATE": str(self.gate),
+            "E2E_GATED": str(GATED),
+            "E2E_QUEUE": prefix,
             "E2E_LEASE": "10",
             "E2E_VISIBILITY": "4",
         }
-        self.app = Celery(f"client-{uuid.uuid4().hex[:6]}", broker=broker, backend=broker)
+        self.app = Celery(f"client-{uuid.uuid4().hex[:6]}", broker=broker, backend=backend)
+        parents, kids = self.queues
         self.app.conf.task_routes = {
-            "kids.fan_out": {"queue": "parents"},
-            "kids.*": {"queue": "kids"},
+            "kids.fan_out": {"queue": parents},
+            "kids.*": {"queue": kids},
         }
         self.app.conf.durable_run_lease = 10.0
         # The dispatcher re-sends only runs of tasks its app knows (D4), as beat with the
@@ -50,32 +76,32 @@ class World:
         for name in ("kids.square", "kids.fan_out"):
             self.app.task(name=name, shared=False)(_never_here)
         self.durable = Durable(self.app, journal)
-        self.redis = redis.Redis.from_url(broker)
         self.started = 0
 
     @contextmanager
-    def worker(self, pool: str, queues: str) -> Iterator[ManagedProcess]:
+    def worker(self, pool: str, queue: str, **env: str) -> Iterator[ManagedProcess]:
         self.started += 1
         name = f"w{self.started}"
         concurrency = "2" if pool == "prefork" else "1"
         cmd = python_command(
             "-m", "celery", "-A", "tests.support.children_app", "worker", f"--pool={pool}",
-            f"--concurrency={concurrency}", "-Q", queues, "-n", f"{name}@%h",
+            f"--concurrency={concurrency}", "-Q", queue, "-n", f"{name}@%h",
             "--without-heartbeat", "--without-mingle", "--without-gossip", "--loglevel=INFO",
         )  # fmt: skip
-        with running_process(cmd, log_path=self.tmp / f"{name}.log", env=self.env) as proc:
+        log = self.tmp / f"{name}.log"
+        with running_process(cmd, log_path=log, env={**self.env, **env}) as proc:
             wait_for(lambda: "ready" in proc.read_log(), timeout=60, processes=[proc])
             yield proc
 
-    def executions(self) -> Counter[int]:
-        found: Counter[int] = Counter()
-        for key in self.redis.scan_iter("kids:*"):
-            found[int(key.decode().split(":")[1])] = int(self.redis.get(key) or 0)
-        return found
+    def executions(self, what: str = "start") -> Counter[int]:
+        return counted(self.counts, what)
 
     @contextmanager
-    def dispatching(self) -> Iterator[None]:
-        """A dispatcher ticking in this process, as beat would: it re-sends stalled runs."""
+    def dispatching(self, on: bool) -> Iterator[None]:
+        """A dispatcher ticking in this process, as beat would (D8), or none at all."""
+        if not on:
+            yield
+            return
         stop = threading.Event()
         dispatcher = self.durable.dispatcher()
 
@@ -94,61 +120,110 @@ class World:
             thread.join(10)
             dispatcher.close()
 
+    def events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(e.type, e.data) for e in self.durable.journal.read_stream(run_stream(run_id))]
+
+    def close(self) -> None:
+        try:
+            with self.app.connection_for_write() as conn:
+                channel = conn.default_channel
+                for queue in self.queues:
+                    channel.queue_delete(queue)
+        except Exception:
+            pass
+        self.durable.close()
+
 
 def _never_here(*args: object, **kwargs: object) -> None:  # pragma: no cover - only sent
     raise AssertionError("run by the workers, never in the test process")
 
 
-def events(durable: Durable, run_id: str) -> list[tuple[str, dict]]:
-    return [(e.type, e.data) for e in durable.journal.read_stream(run_stream(run_id))]
+def last_batch(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The children started by the parent's last write (its last run of ChildStarted)."""
+    batch: list[str] = []
+    for kind, data in events:
+        if kind == "ChildStarted":
+            batch.append(data["child"])
+        elif kind not in ("RunClaimed", "SignalReceived", "RunCancelRequested"):
+            batch = []
+    return batch
 
 
+CASES = [
+    pytest.param("redis", "postgres", True, id="redis-postgres-dispatcher"),
+    pytest.param("redis", "sqlite", False, id="redis-sqlite-no-beat"),
+    pytest.param("amqp", "postgres", False, id="rabbitmq-postgres-no-beat"),
+    pytest.param("amqp", "sqlite", True, id="rabbitmq-sqlite-dispatcher"),
+]
+
+
+@pytest.mark.parametrize(("broker", "journal", "dispatcher"), CASES)
 def test_map_children_of_200_survives_kill_9_of_the_parents_and_a_childs_worker(
-    tmp_path: Path, redis_url: str, pg_url: str
+    tmp_path: Path,
+    redis_url: str,
+    broker: str,
+    journal: str,
+    dispatcher: bool,
+    request: pytest.FixtureRequest,
 ) -> None:
-    world = World(tmp_path, redis_url, pg_url)
+    broker_url = redis_url if broker == "redis" else request.getfixturevalue("amqp_url")
+    journal_url = request.getfixturevalue({"postgres": "pg_url", "sqlite": "sqlite_url"}[journal])
+    world = World(tmp_path, broker_url, redis_url, journal_url)
+    parents, kids = world.queues
     rid = f"fan-{uuid.uuid4().hex[:8]}"
-    with world.dispatching(), world.worker("prefork", "kids") as kids:
-        with world.worker("solo", "parents,kids") as parents:
-            world.app.send_task("kids.fan_out", args=[N, AT_MOST], task_id=rid)
-            wait_for(
-                lambda: sum(world.executions().values()) >= 40, timeout=60,
-                processes=[parents, kids],
-            )  # fmt: skip
-            parents.kill()  # the parent's worker, in the middle of the fan-out
-        with world.worker("solo", "parents,kids") as parents:
-            wait_for(
-                lambda: sum(world.executions().values()) >= 120, timeout=60,
-                processes=[parents, kids],
-            )  # fmt: skip
-            kids.kill()  # a child's worker (the prefork pool with it)
-            with world.worker("prefork", "kids"):
-                try:
-                    result = world.durable.result(rid, 60)
-                except TimeoutError:
-                    tail = events(world.durable, rid)[-12:]
-                    rows = world.durable.runs.rows([rid])
-                    states = Counter(s for _, s in world.durable.children(rid))
-                    raise AssertionError(f"{tail}\n{rows}\n{states}") from None
-                oracle = chord(world.app.signature("kids.plain_square", (x,)) for x in range(N))(
-                    world.app.signature("kids.collect")
-                ).get(timeout=60)
-    assert result == [x * x for x in range(N)]
-    assert result == oracle
-    ran = world.executions()
-    assert sorted(ran) == list(range(N))
-    # W2: a step runs again only when its worker died before its result was stored: at most
-    # one per slot of the killed workers (1 solo + 2 prefork).
-    assert all(1 <= count <= 2 for count in ran.values()), ran
-    assert sum(count - 1 for count in ran.values()) <= 3, ran
-    # No run ID twice: one start per child in the parent's journal, one RunStarted per child.
-    parent = events(world.durable, rid)
-    starts = Counter(d["index"] for t, d in parent if t == "ChildStarted")
-    assert sorted(starts) == list(range(N)) and set(starts.values()) == {1}
-    for i in range(N):
-        child = events(world.durable, f"{rid}:0.{i}")
-        assert [t for t, _ in child].count("RunStarted") == 1
-        assert child[0][1]["parent"] == rid
-    # O(1) parent events per child.
-    assert len(parent) <= 8 * N, Counter(t for t, _ in parent)
-    world.durable.close()
+    try:
+        with world.dispatching(dispatcher), world.worker("prefork", kids) as children:
+            with world.worker("solo", parents, **{CRASH_VARIABLE: CRASH}) as doomed:
+                world.app.send_task("kids.fan_out", args=[N, AT_MOST], task_id=rid)
+                # The parent's worker dies by itself at the fault point, on its third batch.
+                code = wait_for(
+                    lambda: doomed.returncode, timeout=90, processes=[children],
+                    message="the parent's worker to die at the fault point",
+                )  # fmt: skip
+                assert code == -signal.SIGKILL, doomed.log_tail()
+                lost = last_batch(world.events(rid))
+                started = sum(1 for kind, _ in world.events(rid) if kind == "ChildStarted")
+                assert lost and started > AT_MOST, "it died after a later batch's commit"
+                rows = world.durable.runs.rows(lost)
+                assert {rows[r]["status"] for r in lost} == {"queued"}, "and before its send"
+            with world.worker("solo", parents) as parent_worker:
+                wait_for(
+                    lambda: world.executions()[GATED] >= 1, timeout=120,
+                    processes=[parent_worker, children],
+                )  # fmt: skip
+                owner = pids_of(world.counts, GATED)[0]
+                assert owner != children.pid, "a prefork pool process runs the step"
+                children.kill()  # the children's worker, in the middle of the gated step
+                world.gate.touch()
+                with world.worker("prefork", kids):
+                    try:
+                        result = world.durable.result(rid, 120)
+                    except TimeoutError:
+                        tail = world.events(rid)[-12:]
+                        states = Counter(s for _, s in world.durable.children(rid))
+                        raise AssertionError(f"{tail}\n{states}") from None
+                    oracle = chord(
+                        world.app.signature("kids.plain_square", (x,)) for x in range(N)
+                    )(world.app.signature("kids.collect")).get(timeout=60)
+        assert result == [x * x for x in range(N)]
+        assert result == oracle
+        ran = world.executions()
+        assert sorted(ran) == list(range(N))
+        assert sorted(world.executions("end")) == list(range(N))
+        # W2: a step runs again only when its worker died before its result was stored: the
+        # gated one, and at most one more (the killed prefork worker has two processes).
+        assert ran[GATED] == 2, ran[GATED]
+        assert all(1 <= count <= 2 for count in ran.values()), ran
+        assert sum(count - 1 for count in ran.values()) <= 2, ran
+        # No run ID twice: one start per child in the parent's journal, one RunStarted each.
+        parent = world.events(rid)
+        starts = Counter(d["index"] for t, d in parent if t == "ChildStarted")
+        assert sorted(starts) == list(range(N)) and set(starts.values()) == {1}
+        for i in range(N):
+            child = world.events(f"{rid}:0.{i}")
+            assert [t for t, _ in child].count("RunStarted") == 1
+            assert child[0][1]["parent"] == rid
+        # O(1) parent events per child.
+        assert len(parent) <= 8 * N, Counter(t for t, _ in parent)
+    finally:
+        world.close()

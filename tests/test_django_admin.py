@@ -826,3 +826,32 @@ def test_run_pages_link_a_parent_and_its_children_both_ways(
     assert f'<a href="{LIST}run/tree/"><code>tree</code></a>' in child
     assert "No child runs." in child
     assert client.get(LIST + "run/nobody/").status_code == 404
+
+
+def test_the_run_page_of_a_run_with_a_parallel_and_a_child(
+    client: Any, durable: Durable, journal_url: str
+) -> None:
+    """W13 on a run whose positions are ints and dotted strs (W9): they sort by position."""
+    from celery_durable import parallel
+    from celery_durable.testing import DurableHarness
+
+    @durable.step(name="shop.leg")
+    def leg(x: int) -> int:
+        return x
+
+    @durable.task(name="shop.piece", shared=False)
+    def piece(x: int) -> int:
+        return leg(x)
+
+    @durable.task(name="shop.mixed", shared=False)
+    def mixed() -> Any:
+        both = parallel(lambda: leg(1), lambda: leg(2))
+        return [both, durable.child(piece, 3)]
+
+    with DurableHarness(durable.app, journal_url) as harness:
+        harness.start()
+        mixed.apply_async(task_id="mixed")
+        harness.run_until_idle()
+        assert harness.result("mixed") == [[1, 2], 3]
+    page = text(client.get(LIST + "run/mixed/"))
+    assert 'data-child="mixed:1"' in page and "finished" in page

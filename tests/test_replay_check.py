@@ -1,8 +1,11 @@
-"""The replay check (W6): ended runs replayed against the current code, storing nothing.
+"""The replay check (W6, W14): stored runs, ended or still going, replayed against the current
+code, storing nothing.
 
 A changed step order is reported with the run ID and the first differing position; an
-unchanged body reports nothing; the check neither sends a message nor appends an event, and
-no step function runs. Through the API, the pytest helper and ``celery durable replay``.
+unchanged body reports nothing; a run still going (suspended in a sleep, waiting for a child)
+is replayed up to where it will go next; the check neither sends a message nor appends an
+event, and no step function runs. Through the API, the pytest helper and ``celery durable
+replay``.
 """
 
 from __future__ import annotations
@@ -152,14 +155,19 @@ def test_bad_use_of_the_command_is_refused(harness: DurableHarness, sqlite_url: 
     assert code == 2 and "cannot be combined" in out
 
 
+def old_and_new_runs(harness: DurableHarness, task: Any, old: str, new: str) -> None:
+    """A run of ``task`` started by the code before the patch, then one by the code after."""
+    task.apply_async(task_id=old)
+    harness.run_until_idle()
+    replay_app.BODY["patch"] = "new"
+    task.apply_async(task_id=new)
+    harness.run_until_idle()
+
+
 def test_runs_of_the_old_code_take_the_old_branch_of_a_patch(
     harness: DurableHarness, sqlite_url: str
 ) -> None:
-    replay_app.patching.apply_async(task_id="old-code")
-    harness.run_until_idle()
-    replay_app.BODY["patch"] = "new"
-    replay_app.patching.apply_async(task_id="new-code")
-    harness.run_until_idle()
+    old_and_new_runs(harness, replay_app.patching, "old-code", "new-code")
     assert [harness.result(i) for i in ("old-code", "new-code")] == [["A", "B"], ["B", "A"]]
     assert [s.position for s in harness.steps_of("old-code")] == [0, 1]
     assert [(s.name, s.kind) for s in harness.steps_of("new-code")] == [
@@ -200,3 +208,65 @@ def test_parallel_branches_are_checked_at_their_dotted_positions(
         "run 'branched-1' (replay.branched) at position 0.0.0: "
         "the journal holds step 'a' but the body now asks for step 'b'"
     ) in out
+
+
+# -- runs still going (W14) ---------------------------------------------------------------------
+
+
+def test_suspended_runs_are_checked_up_to_where_they_will_go_next(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    """A run asleep in ``replay.order`` and a parent waiting for its sleeping child: the
+    current code agrees with them so far; a changed first step would park both."""
+    replay_app.order.apply_async(task_id="asleep")
+    replay_app.parent.apply_async(task_id="waiting")
+    harness.run_until_idle()
+    rows = harness.durable.runs.rows(["asleep", "waiting", "waiting:1"])
+    assert {rid: row["status"] for rid, row in rows.items()} == dict.fromkeys(
+        ("asleep", "waiting", "waiting:1"), "suspended"
+    )
+    calls, sent, stored = list(replay_app.CALLS), harness.seam.sent, stored_events(harness)
+    assert check_runs(harness.durable.runtime) == []
+    assert cli(sqlite_url, "--check") == (0, "every checked run replays on the stored path\n")
+    assert cli(sqlite_url, "--check", "--run", "waiting")[0] == 0
+
+    replay_app.BODY.update(order="ba", parent="b")
+    found = {d.run_id: d for d in harness.replay_check()}
+    assert sorted(found) == ["asleep", "waiting"]
+    assert (found["waiting"].position, found["waiting"].expected, found["waiting"].found) == (
+        0,
+        ("a", "step"),
+        ("b", "step"),
+    )
+    assert str(found["asleep"]) == (
+        "run 'asleep' (replay.order, still suspended) at position 0: the journal holds step "
+        "'a' but the body now asks for step 'b'"
+    )
+    code, out = cli(sqlite_url, "--check", "--run", "asleep", "--json")
+    assert code == 1
+    report = json.loads(out[: out.rindex("}") + 1])
+    assert [(d["run_id"], d["status"]) for d in report["divergent"]] == [("asleep", "suspended")]
+    # Nothing was sent, stored or executed by any of the checks, and the runs sleep on.
+    assert (replay_app.CALLS, harness.seam.sent, stored_events(harness)) == (calls, sent, stored)
+    replay_app.reset()
+    harness.advance(days=1, hours=1)
+    assert harness.result("waiting") == ["A", "B"] and harness.result("asleep") == ["A", "B"]
+
+
+def test_a_suspended_run_of_the_old_code_is_reported_on_the_old_branch(
+    harness: DurableHarness, sqlite_url: str
+) -> None:
+    old_and_new_runs(harness, replay_app.patch_wait, "old-asleep", "new-asleep")
+    code, out = cli(sqlite_url, "--check")
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "run 'old-asleep' (replay.patch_wait, still suspended) takes the old branch of "
+            "patch 'b-first' at position 0",
+            "every checked run replays on the stored path",
+        ],
+    )
+    # Without the patch the old run would park when it wakes: the check says so now.
+    replay_app.BODY["patch"] = "unguarded"
+    found = harness.replay_check()
+    assert {(d.run_id, d.position, d.status) for d in found} == {("new-asleep", 0, "suspended")}

@@ -144,6 +144,19 @@ def test_a_run_row_is_created_then_updated_and_a_sent_row_never_overwrites(
     assert resend is not None and resend.args == [3]
 
 
+def test_queued_gives_the_sent_runs_no_worker_has_claimed(any_store: AnyStore) -> None:
+    with any_store.unit_of_work() as unit:
+        unit.record_sent(
+            [Resend(run_id=r, task="t", args=[i]) for i, r in enumerate(["q1", "q2", "c1"])],
+            now=NOW,
+            lease=60,
+        )
+        unit.save_run("c1", {"status": "running", "owner": "w"}, now=NOW)
+    found = any_store.run_table().queued(["q1", "c1", "unknown", "q2"])
+    assert sorted((r.run_id, tuple(r.args)) for r in found) == [("q1", (0,)), ("q2", (1,))]
+    assert any_store.run_table().queued([]) == []
+
+
 def test_a_run_row_refuses_an_unknown_field_before_anything_is_stored(any_store: AnyStore) -> None:
     with pytest.raises(ValueError, match="'colour'"), any_store.unit_of_work() as unit:
         unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])

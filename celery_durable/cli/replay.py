@@ -25,23 +25,31 @@ from celery_durable.cli.common import (
 @click.command(name="replay")
 @option("--check", is_flag=True, help="Report runs that would take another path (required).")
 @option("--schedule", "schedule", metavar="ID", help="Only the runs of this schedule.")
-@option("--run", "run_id", metavar="RUN_ID", help="Only this run.")
+@option("--run", "run_id", metavar="RUN_ID", help="Only this run (ended or still going).")
 @option(
     "--since",
     metavar="WHEN",
-    help="Only runs that ended since then: a duration back from now (7d, 12h) or an instant.",
+    help="Only ended runs that ended since then: a duration back from now (7d, 12h) or an "
+    "instant (runs still going are all checked).",
 )
-@option("--limit", type=click.IntRange(1), help="At most this many runs, last ended first.")
+@option(
+    "--limit",
+    type=click.IntRange(1),
+    help="At most this many ended runs, last ended first (runs still going are all checked).",
+)
 @json_option
 def replay(
     check: bool, schedule: str | None, run_id: str | None, since: str | None, limit: int | None
 ) -> None:
-    """Replay ended durable runs against the current code, storing and sending nothing.
+    """Replay durable runs against the current code, storing and sending nothing.
 
-    Every run whose body would now ask for another step than the journal holds at some
-    position (the run would be parked, W6) is listed with that position; exit 1 if there is
-    one, 0 otherwise. Runs that take the old branch of a ``patched`` marker (W14) are listed
-    too (they replay: exit 0). Steps do not run; code outside steps runs as on any replay.
+    Runs still going (running, or suspended in a sleep, a signal wait or waiting for
+    children: the runs a deploy continues, W14) and ended runs are checked. Every run whose
+    body would now ask for another step than the journal holds at some position (the run
+    would be parked, W6) is listed with that position; exit 1 if there is one, 0 otherwise.
+    Runs that take the old branch of a ``patched`` marker (W14) are listed too (they replay:
+    exit 0). A run still going is replayed up to the position it reaches next. Steps do not
+    run; code outside steps runs as on any replay.
     """
     from celery_durable.worker.replay import check_report
 
@@ -51,10 +59,8 @@ def replay(
         raise invalid("--run names one run: it cannot be combined with --schedule or --since")
     current = session()
     durable = current.durable
-    if run_id is not None and durable.run_ended(run_id) is None:
-        if durable.runs.row(run_id) is None:
-            raise not_found(f"no durable run {shown(run_id)} has started")
-        raise invalid(f"run {shown(run_id)} has not ended: only ended runs are checked")
+    if run_id is not None and durable.runs.row(run_id) is None:
+        raise not_found(f"no durable run {shown(run_id)} has started")
     since_at = None if since is None else _since(since, durable.now())
     found, old = check_report(
         durable.runtime, schedule=schedule, run_id=run_id, since=since_at, limit=limit

@@ -26,6 +26,9 @@ CHILD = "child"
 """Position kind of ``child``/``start_child``, and the ``StepFailed`` kind of a faulted child."""
 CHILDREN = "children"
 """Position kind of ``map_children``."""
+MAX_RUN_ID_LENGTH = 255 - len("run/")
+"""The longest run ID a child may get: its journal stream ``run/<run ID>`` must fit the
+255-character stream column (the run table's ``run_id`` column holds 255 too)."""
 CHILD_WAIT = "child"
 """``RunSuspended`` reason of a parent waiting for a child: any delivery resumes it."""
 
@@ -47,6 +50,8 @@ class FanOut:
     """Index of each input whose child's start is stored → that child's run ID."""
     ended: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Index → the child's outcome (:func:`outcome_json`) as the parent recorded it."""
+    failed: set[int] = field(default_factory=set)
+    """Indices of the children seen ended without finishing."""
 
     def in_flight(self) -> list[tuple[int, str]]:
         """``(index, run ID)`` of the children started and not yet seen ended, by index."""
@@ -61,6 +66,24 @@ class FanOut:
 
     def done(self) -> bool:
         return len(self.ended) == self.total
+
+    def first_failure(self) -> tuple[int, str, dict[str, Any]] | None:
+        """``(index, run ID, outcome)`` of the lowest-numbered child seen ended without
+        finishing (faulted, cancelled, parked), or ``None``."""
+        if not self.failed:
+            return None
+        index = min(self.failed)
+        return index, self.started.get(index, ""), self.ended[index]
+
+    def end(self, index: int, outcome: dict[str, Any]) -> None:
+        """Record that the child of input ``index`` ended with ``outcome`` (the fold)."""
+        self.ended[index] = outcome
+        if outcome.get("state") != "finished":
+            self.failed.add(index)
+
+    def results(self) -> list[Any]:
+        """The finished children's results in input order (once every child finished)."""
+        return [self.ended[i].get("result") for i in range(self.total)]
 
 
 def child_run_id(parent: str, position: int, index: int | None = None) -> str:

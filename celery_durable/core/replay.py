@@ -1,8 +1,9 @@
 """The replay check's comparison: where a body's path leaves the stored one (W6). Pure.
 
 A durable run's journal records, per position, the name and kind of the step the body asked
-for. Replaying an ended run against new code yields the path the new body takes through the
-stored results; the first position where the two differ is what a deploy would park (W6).
+for. Replaying a stored run (ended, or still going: W14) against new code yields the path the
+new body takes through the stored results; the first position where the two differ is what a
+deploy would park (W6).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ class Divergence:
     found: Step | None
     detail: str | None = None
     """Set when the run could not be replayed at all (its task is not registered)."""
+    status: str | None = None
+    """``running`` or ``suspended`` for a run still going (W14); ``None`` for an ended run."""
 
     def __str__(self) -> str:
         if self.detail is not None:
-            return f"run {self.run_id!r} ({self.task}): {self.detail}"
-        return f"run {self.run_id!r} ({self.task}) at position {self.position}: " + describe(
-            self.expected, self.found
+            return f"run {self.run_id!r} ({_about(self.task, self.status)}): {self.detail}"
+        return (
+            f"run {self.run_id!r} ({_about(self.task, self.status)}) at position "
+            f"{self.position}: " + describe(self.expected, self.found)
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -52,6 +56,7 @@ class Divergence:
             "position": self.position,
             "expected": step(self.expected),
             "found": step(self.found),
+            "status": self.status,
             "message": str(self),
         }
 
@@ -65,11 +70,13 @@ class OldBranch:
     task: str
     position: PositionId
     change_id: str
+    status: str | None = None
+    """``running`` or ``suspended`` for a run still going (W14); ``None`` for an ended run."""
 
     def __str__(self) -> str:
         return (
-            f"run {self.run_id!r} ({self.task}) takes the old branch of patch "
-            f"{self.change_id!r} at position {self.position}"
+            f"run {self.run_id!r} ({_about(self.task, self.status)}) takes the old branch of "
+            f"patch {self.change_id!r} at position {self.position}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -79,8 +86,14 @@ class OldBranch:
             "task": self.task,
             "position": self.position,
             "change_id": self.change_id,
+            "status": self.status,
             "message": str(self),
         }
+
+
+def _about(task: str, status: str | None) -> str:
+    """``task``, and ``still suspended`` (or running) for a run that has not ended."""
+    return task if status is None else f"{task}, still {status}"
 
 
 def describe(expected: Step | None, found: Step | None) -> str:

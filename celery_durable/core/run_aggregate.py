@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from celery_durable.core.branches import (
+    BRANCHES_STARTED,
+    BRANCHES_STOPPED,
+    calls_of,
+    position_order,
+)
 from celery_durable.core.children import (
     CHILD_ENDED,
     CHILD_STARTED,
@@ -49,6 +55,19 @@ SIGNAL_RECEIVED = "SignalReceived"
 
 ENDINGS = frozenset((RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED))
 
+_SENT_BEFORE = frozenset(
+    (
+        STEP_STARTED, STEP_COMPLETED, STEP_ATTEMPT_FAILED, STEP_FAILED, SLEEP_STARTED,
+        SIGNAL_WAIT_STARTED, SIGNAL_CONSUMED, SIGNAL_TIMED_OUT, CHILD_ENDED, FAN_OUT_STARTED,
+        BRANCHES_STARTED, BRANCHES_STOPPED, RUN_SUSPENDED, RUN_FINISHED, RUN_FAULTED,
+        RUN_CANCELLED, RUN_PARKED,
+    )
+)  # fmt: skip
+"""Events only the delivery holding the claim writes, after the sends of the children it
+started before (a start is committed, then sent, then the delivery goes on): once one follows
+a ``ChildStarted``, that child was handed to the broker (W10). ``RunClaimed`` (a renewal or the
+next delivery), ``SignalReceived`` and ``RunCancelRequested`` (written from outside) are not."""
+
 PositionId = int | str
 """A position of the body: ``3`` on the run's straight line, ``"3.1.0"`` inside a parallel
 branch (S4: step 0 of branch 1 of the parallel call at position 3). Stored as JSON as is."""
@@ -59,13 +78,6 @@ def position_id(value: Any) -> PositionId:
     if isinstance(value, str) and "." in value:
         return value
     return int(value)
-
-
-def position_order(position: PositionId) -> tuple[int, ...]:
-    """Sort key of positions: ``2 < "2.0.0" < "2.0.1" < "2.1.0" < 3``."""
-    if isinstance(position, int):
-        return (position,)
-    return tuple(int(part) for part in position.split("."))
 
 
 @dataclass(slots=True)
@@ -89,6 +101,11 @@ class Position:
     """The run ID of the child started at this position (``child``/``start_child``)."""
     fanout: FanOut | None = None
     """The children of a ``map_children`` position."""
+    branches: int | None = None
+    """The number of branches of a group call (``parallel``/``race``/``gather``: W9);
+    ``None`` for other positions and for calls stored before the group markers."""
+    stopped_by: int | None = None
+    """The branch whose failure stopped a group call (``BranchesStopped``)."""
 
 
 @dataclass(slots=True)
@@ -117,6 +134,11 @@ class RunState:
     outcome: Outcome | None = None
     parent: str | None = None
     """The run ID of the parent of a child run (W13)."""
+    branch_calls: set[PositionId] = field(default_factory=set)
+    """The group calls (W9) with stored branch positions (see ``core.branches.legacy``)."""
+    unsent: list[str] = field(default_factory=list)
+    """Children whose start is the last thing the delivery that stored it wrote: that
+    delivery may have died before sending them (W10), so the next one sends them again."""
 
     @property
     def started(self) -> bool:
@@ -140,12 +162,16 @@ def _position(state: RunState, data: Mapping[str, Any]) -> Position:
     record = state.positions.get(pos)
     if record is None:
         record = state.positions[pos] = Position(name=data["name"], kind=data["kind"])
+        if isinstance(pos, str):
+            state.branch_calls.update(calls_of(pos))
     return record
 
 
 def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) -> None:
     """Fold one event into ``state`` (in place: replay of long runs must be cheap)."""
     state.version = version
+    if state.unsent and type_ in _SENT_BEFORE:
+        state.unsent.clear()
     if type_ == STEP_COMPLETED:
         record = _position(state, data)
         record.status = "completed"
@@ -204,6 +230,14 @@ def apply(state: RunState, version: int, type_: str, data: Mapping[str, Any]) ->
         record.result = None
     elif type_ in (CHILD_STARTED, CHILD_ENDED, FAN_OUT_STARTED):
         _apply_child(_position(state, data), type_, data)
+        if type_ == CHILD_STARTED:
+            state.unsent.append(data["child"])
+    elif type_ in (BRANCHES_STARTED, BRANCHES_STOPPED):
+        record = _position(state, data)
+        if data.get("branches") is not None:
+            record.branches = int(data["branches"])
+        if type_ == BRANCHES_STOPPED:
+            record.stopped_by = int(data["branch"])
     elif type_ == SIGNAL_RECEIVED:
         state.signals.setdefault(data["name"], deque()).append((version, data.get("payload")))
     elif type_ == RUN_SUSPENDED:
@@ -246,8 +280,13 @@ def _apply_child(record: Position, type_: str, data: Mapping[str, Any]) -> None:
         elif record.fanout is not None:
             record.fanout.started[int(index)] = data["child"]
     elif index is not None:
-        if record.fanout is not None:
-            record.fanout.ended[int(index)] = dict(data["outcome"])
+        fan = record.fanout
+        if fan is not None:
+            fan.end(int(index), dict(data["outcome"]))
+            if record.status == "waiting" and fan.done() and fan.first_failure() is None:
+                # Every child finished: the position is as done as a stored step (W11).
+                record.status = "completed"
+                record.result = fan.results()
     else:
         outcome = data["outcome"]
         if outcome.get("state") == "finished":

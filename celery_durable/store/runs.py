@@ -207,6 +207,23 @@ class RunStore:
                 found.update((r, s) for r, s in conn.execute(query))
         return found
 
+    def queued(self, run_ids: Sequence[str]) -> builtins.list[Resend]:
+        """The messages of those of ``run_ids`` that were sent and never claimed (status
+        ``queued``), to send again (W10)."""
+        if not run_ids:
+            return []
+        self.journal.ensure_ready()
+        ids = builtins.list(run_ids)
+        found: builtins.list[Resend] = []
+        with self.journal.engine.connect() as conn:
+            for start in range(0, len(ids), 500):
+                query = select(runs_table).where(
+                    runs_table.c.run_id.in_(ids[start : start + 500]),
+                    runs_table.c.status == QUEUED,
+                )
+                found.extend(_resend(row) for row in conn.execute(query))
+        return found
+
     def rows(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """The rows of these runs (every row when ``run_ids`` is None) as dicts, by run ID."""
         self.journal.ensure_ready()

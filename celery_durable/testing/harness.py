@@ -356,15 +356,15 @@ class DurableHarness:
     # -- replay check ---------------------------------------------------------------------------
 
     def replay_check(self, **select: Any) -> list[Divergence]:
-        """Replay the ended runs of the journal against the current code (W6); see
-        :func:`celery_durable.worker.replay.check_runs` for ``select``."""
+        """Replay the stored runs (ended, and still going: W14) against the current code (W6);
+        see :func:`celery_durable.worker.replay.check_runs` for ``select``."""
         from celery_durable.worker.replay import check_runs
 
         return check_runs(self.durable.runtime, **select)
 
 
 def assert_replays(durable: Any, **select: Any) -> None:
-    """Fail with every divergence when ended runs would take another path now (W6).
+    """Fail with every divergence when stored runs would take another path now (W6, W14).
 
     ``durable``: the fixture or a ``Durable``; ``select`` as for the replay check.
     """

@@ -1,18 +1,28 @@
 """Parallel branches inside one durable run (W9) and ``patched`` markers (W14).
 
-A ``parallel``, ``race`` or ``gather`` call takes one position of the body, say ``3``; branch
+A ``parallel``, ``race`` or ``gather`` call takes one position of the body, say ``3``, and
+stores its group marker there (``BranchesStarted``: its kind and number of branches); branch
 ``i`` then reaches its own positions ``3.i.0``, ``3.i.1`` … (S4), so replay hands every branch
-its own stored results whatever order the branches finished in. Branches run in threads of a
-pool made for the call; each thread sees a :class:`BranchRun`, a view of the delivery's
-:class:`~celery_durable.worker.context.RunContext` with its own position counter, that shares
-the run's state and journal writes (one lock per run).
+its own stored results whatever order the branches finished in, and a body that now makes
+another call at ``3`` parks (W6). Branches run in threads of a pool made for the call; each
+thread sees a :class:`BranchRun`, a view of the delivery's
+:class:`~celery_durable.worker.context.RunContext` that shares the run's state and journal
+writes (one lock per run). What a call knows (its branches' positions, whether it is stopped
+and by which branch, a race's winner) is a pure :class:`~celery_durable.core.branches.Group`,
+changed under the call's lock.
 
-Stopping: once a branch fails (or a race has its winner), no branch of the call starts a step
-that has no stored result; stored results still replay, so a replayed call reaches the same
-failures as the first one. A race stores its winner at its own position (``StepCompleted``,
+Stopping: the thread of a branch that fails stops the group at once and stores
+``BranchesStopped`` naming the branch (the first failure only). From then on no branch of the
+call starts a step that has no stored result; stored results still replay. A replay begins a
+stopped group stopped, so it reaches the same failures as the first delivery and starts no step
+that the first did not start. A race stores its winner at its own position (``StepCompleted``,
 kind ``race``, result ``{"winner": i}``) and replay runs that branch alone. Durable sleeps
-longer than a second and signal waits are refused inside a branch (a branch cannot give the
-worker back on its own); retry back-offs wait inside the worker thread.
+longer than a second, signal waits and child runs are refused inside a branch (a branch cannot
+give the worker back on its own); retry back-offs wait inside the worker thread.
+
+Calls stored before the markers existed (no marker at the call's position) replay without the
+check of their kind and branch count; one with a stored failure that the body went on past
+begins stopped (:func:`~celery_durable.core.branches.legacy_stopped`).
 
 Outside a durable run (and inside a step) the three are plain concurrent calls in threads.
 """
@@ -26,6 +36,24 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any, TypeVar
 
+from celery_durable.core.branches import (
+    ABANDONED,
+    BRANCHES_STARTED,
+    BRANCHES_STOPPED,
+    FAILED,
+    GATHER,
+    HALTED,
+    KINDS,
+    LEGACY_RACE,
+    PARALLEL,
+    RACE,
+    VALUE,
+    Group,
+    group_name,
+    legacy,
+    legacy_stopped,
+    to_raise,
+)
 from celery_durable.core.run_aggregate import STEP_COMPLETED, Position, PositionId
 from celery_durable.errors import DurableError
 from celery_durable.worker.context import RunContext, Suspend, current_run
@@ -41,20 +69,16 @@ class Abandoned(BaseException):
     """A branch stopped at a step it may no longer start (another branch failed or won)."""
 
 
-class _Group:
-    """The branches of one ``parallel``, ``race`` or ``gather`` call."""
+class _Call:
+    """One group call in one delivery: its core :class:`Group`, the lock its branches'
+    threads change it under, and the context the call was made in (which stores its
+    markers)."""
 
-    def __init__(self, parent: _Group | None, *, drop_writes: bool) -> None:
-        self.parent = parent
-        self.drop_writes = drop_writes
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set() or (self.parent is not None and self.parent.stopped)
+    def __init__(self, scope: RunContext, group: Group, name: str) -> None:
+        self.scope = scope
+        self.group = group
+        self.name = name
+        self.lock = threading.Lock()
 
 
 class BranchRun(RunContext):
@@ -63,38 +87,51 @@ class BranchRun(RunContext):
 
     inline_waits = True
 
-    def __init__(self, root: RunContext, prefix: str, group: _Group) -> None:
+    def __init__(self, root: RunContext, call: _Call, branch: int) -> None:
         # The delivery's attributes are read through __getattr__; only these are the branch's.
         self.root = root
-        self.prefix = prefix
-        self.group = group
+        self.call = call
+        self.group = call.group
+        self.branch = branch
+        self.prefix = f"{call.group.position}.{branch}"
         self.position = 0
+        """Positions this branch has taken (its next one is :meth:`at` of it)."""
         self.step = None
         self.in_step = False
-        self.last: PositionId = prefix
+        self.last: PositionId = self.prefix
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.root, name)
 
     def at(self, index: int) -> PositionId:
-        return f"{self.prefix}.{index}"
+        return self.group.position_of(self.branch, index)
 
     def reach(
         self, name: str, kind: str, *, stores: bool = True
     ) -> tuple[PositionId, Position | None]:
-        position = self.at(self.position)
         if kind == "signal":
             raise DurableError(
-                f"wait_signal({name!r}) at position {position} of run {self.run_id!r}: a "
-                "parallel branch cannot wait for a signal (wait before or after the parallel call)"
+                f"wait_signal({name!r}) at position {self.at(self.position)} of run "
+                f"{self.run_id!r}: a parallel branch cannot wait for a signal (wait before or "
+                "after the parallel call)"
             )
+        with self.call.lock:
+            position = self.group.take(self.branch)
         self.position += 1
         self.last = position
-        record = self.root.check(position, name, kind, stores=stores)
-        settled = record is not None and record.status in ("completed", "failed")
-        if self.group.stopped and not settled:
+        # A stored result or failure replays; so does a stored group inside this one (its
+        # own branches then replay what they stored and stop at the rest). A stopped group
+        # goes no further: the position is not even asked for (the replay check's path
+        # ends where the delivery's does).
+        stored = self.root.state.positions.get(position)
+        settled = stored is not None and (
+            stored.status in ("completed", "failed") or stored.kind in KINDS
+        )
+        with self.call.lock:
+            allowed = self.group.may_start(settled)
+        if not allowed:
             raise Abandoned()
-        return position, record
+        return position, self.root.check(position, name, kind, stores=stores)
 
     def check(
         self, position: PositionId, name: str, kind: str, *, stores: bool = True
@@ -110,7 +147,7 @@ class BranchRun(RunContext):
 
     def append(self, *args: Any, **kwargs: Any) -> None:
         """Store through the delivery; refused once the branch lost its race."""
-        if self.group.drop_writes and self.group.stopped:
+        if self.group.refuses_writes:
             raise Abandoned()
         self.root.append(*args, **kwargs)
 
@@ -144,27 +181,7 @@ def _at_most(value: Any) -> int:
     return value
 
 
-# -- running branches -------------------------------------------------------------------------
-
-
-def _start(
-    pool: ThreadPoolExecutor, run: RunContext | None, prefix: str, group: _Group | None,
-    index: int, branch: Callable[[], T],
-) -> Future[T]:  # fmt: skip
-    """Submit one branch, in a copy of the caller's context, seeing its own :class:`BranchRun`."""
-    context = contextvars.copy_context()
-
-    def call() -> T:
-        if run is None or group is None:
-            return branch()
-        view = BranchRun(_root(run), f"{prefix}.{index}", group)
-        token = view.activate()
-        try:
-            return branch()
-        finally:
-            view.deactivate(token)
-
-    return pool.submit(context.run, call)
+# -- the group of a call ------------------------------------------------------------------------
 
 
 def _root(run: RunContext) -> RunContext:
@@ -176,23 +193,100 @@ def _scope(run: RunContext | None) -> RunContext | None:
     return None if run is None or run.in_step else run
 
 
-def _group_of(run: RunContext, *, drop_writes: bool) -> _Group:
-    return _Group(run.group if isinstance(run, BranchRun) else None, drop_writes=drop_writes)
+def _begin(scope: RunContext, kind: str, count: int) -> _Call:
+    """Take the call's position, check it against the journal (W6: kind and branch count),
+    store its marker when it is reached for the first time, and make its :class:`Group`: a
+    group the journal says was stopped begins stopped, a race with a stored winner begins
+    decided."""
+    position, stored = scope.peek()
+    old = legacy(position, kind, stored, scope.state.branch_calls)
+    name = LEGACY_RACE if old and stored is not None else group_name(count)
+    position, record = scope.reach(name, kind, stores=not old)
+    if record is None and not old:
+        scope.append(
+            [scope.event(BRANCHES_STARTED, position, name=name, kind=kind, branches=count)]
+        )
+    winner = None
+    if kind == RACE and record is not None and record.status == "completed":
+        winner = int((record.result or {})["winner"])
+    closed = old and record is None and legacy_stopped(position, scope.state.positions)
+    group = Group.begin(
+        position,
+        kind,
+        count,
+        stored_stop=None if record is None else record.stopped_by,
+        stored_winner=winner,
+        closed=closed,
+        parent=scope.group if isinstance(scope, BranchRun) else None,
+    )
+    return _Call(scope, group, name)
+
+
+def _ended(view: BranchRun, error: BaseException | None) -> None:
+    """In the branch's own thread, as the branch ends: a race has its winner; a failure
+    stops the group at once (no other branch starts a step from now) and is stored for
+    replay; a delivery-level stop (crash, lost claim, park) stops it without being stored."""
+    call = view.call
+    group = call.group
+    with call.lock:
+        if error is not None and not isinstance(error, Exception):
+            group.halt()
+            return
+        group.ended(view.branch)
+        stops = error is not None and group.failed(view.branch)
+    if stops:
+        call.scope.append(
+            [
+                call.scope.event(
+                    BRANCHES_STOPPED, group.position, name=call.name, kind=group.kind,
+                    branches=group.count, branch=view.branch,
+                )
+            ]
+        )  # fmt: skip
+
+
+def _start(
+    pool: ThreadPoolExecutor, call: _Call | None, index: int, branch: Callable[[], T]
+) -> Future[T]:
+    """Submit one branch, in a copy of the caller's context, seeing its own :class:`BranchRun`."""
+    context = contextvars.copy_context()
+
+    def run_branch() -> T:
+        if call is None:
+            return branch()
+        view = BranchRun(_root(call.scope), call, index)
+        token = view.activate()
+        try:
+            value = branch()
+        except Abandoned:
+            raise
+        except BaseException as exc:
+            _ended(view, exc)
+            raise
+        else:
+            _ended(view, None)
+            return value
+        finally:
+            view.deactivate(token)
+
+    return pool.submit(context.run, run_branch)
+
+
+def _end_of(future: Future[Any]) -> str:
+    error = future.exception()
+    if error is None:
+        return VALUE
+    if isinstance(error, Abandoned):
+        return ABANDONED
+    return FAILED if isinstance(error, Exception) else HALTED
 
 
 def _outcome(futures: Sequence[Future[Any]]) -> list[Any]:
-    """The branches' results in order, or the first branch's failure (a delivery-level stop,
-    e.g. a lost claim or a park, before an ordinary exception; never :class:`Abandoned`)."""
-    errors = [f.exception() for f in futures]
-    stops = [e for e in errors if e is not None and not isinstance(e, Exception | Abandoned)]
-    if stops:
-        raise stops[0]
-    failures = [e for e in errors if isinstance(e, Exception)]
-    if failures:
-        raise failures[0]
-    abandoned = [e for e in errors if e is not None]
-    if abandoned:
-        raise abandoned[0]  # an enclosing call stopped: stop this branch too
+    """The branches' results in order, or what :func:`~celery_durable.core.branches.to_raise`
+    picks (a delivery-level stop, then the lowest-numbered failure, then an abandonment)."""
+    index = to_raise([_end_of(f) for f in futures])
+    if index is not None:
+        raise futures[index].exception()  # type: ignore[misc]
     return [f.result() for f in futures]
 
 
@@ -200,23 +294,12 @@ def _run_all(
     run: RunContext | None, kind: str, branches: Sequence[Callable[[], Any]], threads: int
 ) -> list[Any]:
     scope = _scope(run)
-    prefix = ""
-    group = None
-    if scope is not None:
-        position, _ = scope.reach(kind, kind, stores=False)
-        prefix = str(position)
-        group = _group_of(scope, drop_writes=False)
+    call = None if scope is None else _begin(scope, kind, len(branches))
     if not branches:
         return []
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"durable-{kind}") as pool:
-        futures = [
-            _start(pool, scope, prefix, group, i, branch) for i, branch in enumerate(branches)
-        ]
-        pending: set[Future[Any]] = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            if group is not None and any(f.exception() is not None for f in done):
-                group.stop()  # no new step in any branch; the ones in flight finish
+        futures = [_start(pool, call, i, branch) for i, branch in enumerate(branches)]
+        wait(futures)
     return _outcome(futures)
 
 
@@ -228,7 +311,7 @@ def parallel(*branches: Callable[[], Any]) -> list[Any]:
     failing branch is raised once the steps in flight have ended.
     """
     checked = _callables(branches, "parallel")
-    return _run_all(current_run(), "parallel", checked, min(len(checked), MAX_THREADS) or 1)
+    return _run_all(current_run(), PARALLEL, checked, min(len(checked), MAX_THREADS) or 1)
 
 
 def gather(fn: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS) -> list[R]:
@@ -238,7 +321,7 @@ def gather(fn: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS)
     limit = _at_most(at_most)
     values = list(items)
     branches = [(lambda item=item: fn(item)) for item in values]
-    return _run_all(current_run(), "gather", branches, min(limit, len(values)) or 1)
+    return _run_all(current_run(), GATHER, branches, min(limit, len(values)) or 1)
 
 
 def race(*branches: Callable[[], Any]) -> Any:
@@ -251,55 +334,61 @@ def race(*branches: Callable[[], Any]) -> Any:
     scope = _scope(current_run())
     if scope is None:
         return _race_plain(checked)
-    position, record = scope.reach("race", "race")
-    group = _group_of(scope, drop_writes=True)
-    if record is not None and record.status == "completed":
-        winner = int((record.result or {})["winner"])
-        view = BranchRun(_root(scope), f"{position}.{winner}", group)
+    call = _begin(scope, RACE, len(checked))
+    group = call.group
+    if group.winner is not None:
+        view = BranchRun(_root(scope), call, group.winner)
         token = view.activate()
         try:
-            return checked[winner]()
+            return checked[group.winner]()
         finally:
             view.deactivate(token)
     pool = ThreadPoolExecutor(
         max_workers=min(len(checked), MAX_THREADS), thread_name_prefix="durable-race"
     )
     try:
-        futures = [_start(pool, scope, str(position), group, i, b) for i, b in enumerate(checked)]
-        first = _first(futures)
-        group.stop()
-        error = first.exception()
-        if error is not None and not isinstance(error, Exception):
-            raise error  # the delivery stops (lost claim, park, crash): no winner is stored
-        winner = futures.index(first)
+        futures = [_start(pool, call, i, b) for i, b in enumerate(checked)]
+        winner = _winner(call, futures)
+        # Named "race" as before the markers: a worker of that version, which skips the
+        # marker, still finds the race it expects here (the record keeps the marker's name).
         scope.append(
             [
                 scope.event(
-                    STEP_COMPLETED, position, name="race", kind="race", result={"winner": winner}
+                    STEP_COMPLETED, group.position, name=LEGACY_RACE, kind=RACE,
+                    result={"winner": winner},
                 )
             ]
-        )
-        return first.result()
+        )  # fmt: skip
+        return futures[winner].result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _first(futures: Sequence[Future[Any]]) -> Future[Any]:
-    """The first future to end other than by :class:`Abandoned` (in branch order on a tie)."""
+def _winner(call: _Call, futures: Sequence[Future[Any]]) -> int:
+    """The race's winner once its future is done; raises the stop of a branch that halted
+    the delivery first (no winner is stored then), or :class:`Abandoned` when an enclosing
+    call stopped every branch."""
     pending = set(futures)
-    while pending:
-        done, pending = wait(pending, return_when=FIRST_COMPLETED)
-        for future in sorted(done, key=futures.index):
-            if not isinstance(future.exception(), Abandoned):
-                return future
-    raise Abandoned()  # every branch was stopped by an enclosing call
+    while True:
+        with call.lock:
+            winner = call.group.winner
+            halted = call.group.halted
+        if winner is not None:
+            wait([futures[winner]])
+            return winner
+        if halted or not pending:
+            wait(futures)
+            index = to_raise([_end_of(f) for f in futures])
+            raise futures[index if index is not None else 0].exception() or Abandoned()
+        _done, pending = wait(pending, return_when=FIRST_COMPLETED)
 
 
 def _race_plain(branches: Sequence[Callable[[], Any]]) -> Any:
     pool = ThreadPoolExecutor(max_workers=min(len(branches), MAX_THREADS))
     try:
-        futures = [_start(pool, None, "", None, i, b) for i, b in enumerate(branches)]
-        return _first(futures).result()
+        futures = [_start(pool, None, i, b) for i, b in enumerate(branches)]
+        done, _ = wait(futures, return_when=FIRST_COMPLETED)
+        return min(done, key=futures.index).result()  # in branch order on a tie
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 

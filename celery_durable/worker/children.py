@@ -4,8 +4,11 @@ A child's start is a position of the parent: ``ChildStarted`` is appended to the
 stream together with the child's row in the run table (one transaction), and only then is the
 child's message sent, with the child's run ID as task id and the parent's run ID in the
 :data:`~celery_durable.message.PARENT_HEADER`. A parent restarted after that commit finds the
-start stored and does not start anything again; a message lost after it is sent again by the
-dispatcher's stale-run re-send (D8), as the row says the child was sent and never claimed.
+start stored and does not start anything again. If the delivery that stored a start wrote
+nothing after it (it died between the commit and the send: ``RunState.unsent``), the parent's
+next delivery sends again each such child that no worker has claimed yet (a second message of
+a run does nothing: W1), so no beat is needed for that; a message lost later (a broker that
+drops it) is sent again by the dispatcher's stale-run re-send (D8).
 
 Waiting gives the worker back as a durable sleep does (W4): the parent stores ``RunSuspended``
 (reason ``child``). Who wakes it: the child's worker, right after it stores the child's outcome,
@@ -29,25 +32,28 @@ from celery_durable.core.children import (
     CHILD_WAIT,
     CHILDREN,
     FAN_OUT_STARTED,
+    MAX_RUN_ID_LENGTH,
     ChildHandle,
     FanOut,
     child_error,
     child_position,
     child_run_id,
-    outcome_from_json,
     outcome_json,
 )
 from celery_durable.core.codec import check_json_value
-from celery_durable.core.ids import run_stream
+from celery_durable.core.ids import printable, run_stream
 from celery_durable.core.journal import NewEvent
 from celery_durable.core.outcomes import Outcome
 from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CANCEL_REQUESTED,
     STEP_COMPLETED,
+    STEP_FAILED,
+    PositionId,
     RunState,
     fold,
     parked_outcome,
+    position_order,
 )
 from celery_durable.errors import DurableError, StepFailed
 from celery_durable.message import PARENT_HEADER, Resend
@@ -108,7 +114,32 @@ def _durable_task(runtime: Runtime, task: Any, what: str) -> str:
 def _check_input(runtime: Runtime, args: Any, kwargs: Any, what: str) -> None:
     limit = runtime.config.max_input_bytes
     check_json_value(list(args), f"the arguments of {what}", max_bytes=limit, error=DurableError)
-    check_json_value(dict(kwargs), f"the keyword arguments of {what}", error=DurableError)
+    check_json_value(
+        dict(kwargs), f"the keyword arguments of {what}", max_bytes=limit, error=DurableError
+    )
+
+
+def _line_position(run: RunContext, position: PositionId, what: str) -> int:
+    """The parent's position of a child start: always on the body's line (children are
+    refused inside branches, see :func:`_parent_run`)."""
+    if not isinstance(position, int):
+        raise DurableError(
+            f"{what}() at position {position} of run {run.run_id!r}: child runs start from the "
+            "body's own line, not from inside a parallel branch"
+        )
+    return position
+
+
+def _check_run_id(rid: str, what: str) -> None:
+    """Refuse a child run ID the journal cannot hold (its stream ``run/<run ID>`` must fit
+    the 255-character stream column), before anything is stored."""
+    if len(rid) > MAX_RUN_ID_LENGTH:
+        shown = printable(rid if len(rid) <= 80 else f"{rid[:40]}…{rid[-30:]}")
+        raise DurableError(
+            f"{what}(): the child run ID {shown!r} would have {len(rid)} characters; a run ID "
+            f"has at most {MAX_RUN_ID_LENGTH} (the journal's stream column holds 255 with "
+            "'run/'): give the parent a shorter run ID or nest fewer levels of children"
+        )
 
 
 # -- starting --------------------------------------------------------------------------------
@@ -127,6 +158,7 @@ def _resend(run: RunContext, child: str, task: str, args: Any, kwargs: Any) -> R
 def _store_starts(run: RunContext, events: list[NewEvent], sends: list[Resend]) -> None:
     """Append ``events`` with the children's rows in one unit of work, then send them."""
     run.append(events, sent=sends)
+    run.runtime.fault("after-child-start")  # crash tests: the starts are stored, not yet sent
     _send(run.runtime, sends)
 
 
@@ -145,6 +177,27 @@ def _send(runtime: Runtime, sends: list[Resend]) -> None:
         )  # fmt: skip
 
 
+def _send_unsent(run: RunContext, children: list[str]) -> None:
+    """Send again those of ``children`` whose start the delivery that stored it may not have
+    sent (it wrote nothing after the start: it died between the commit and the send) and that
+    no worker has claimed (their row is still ``queued``). A second message of a run does
+    nothing (W1), so a parent resumes a lost start without the dispatcher. The replay check
+    (a context that ``sends`` nothing) skips this."""
+    if not getattr(run, "sends", True) or not run.state.unsent:
+        return
+    waiting = set(run.state.unsent)
+    maybe_lost = [rid for rid in children if rid in waiting]
+    if not maybe_lost:
+        return
+    resends = run.runtime.runs.queued(maybe_lost)
+    if resends:
+        log.info(
+            "run %r: sending again %d child run(s) whose start may not have been sent",
+            run.run_id, len(resends), extra={"run_id": run.run_id},
+        )  # fmt: skip
+        _send(run.runtime, resends)
+
+
 def start_child(
     runtime: Runtime, task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> ChildHandle:
@@ -153,10 +206,12 @@ def start_child(
     run = _parent_run("start_child")
     name = _durable_task(runtime, task, "start_child")
     _check_input(runtime, args, kwargs, f"child task {name!r}")
+    upcoming = _line_position(run, run.peek()[0], "start_child")
+    _check_run_id(child_run_id(run.run_id, upcoming), "start_child")
     position, record = run.reach(name, CHILD)
-    assert isinstance(position, int)  # never in a branch (_parent_run)
-    rid = child_run_id(run.run_id, position)
+    rid = child_run_id(run.run_id, _line_position(run, position, "start_child"))
     if record is not None:
+        _send_unsent(run, [rid])
         return ChildHandle(rid)
     if run.state.cancel_pending:
         raise cancelled(run, position, name, CHILD)
@@ -187,7 +242,7 @@ def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
         if record.status == "failed":
             raise step_failed(run.run_id, position, record.name, record.error or {}, 0)
         if run.state.cancel_pending:
-            cancel_children(runtime, [handle.run_id])
+            _cancel(run, [handle.run_id])
             raise cancelled(run, position, record.name, CHILD)
         found = _outcomes(runtime, [handle.run_id], statuses=False)
         if found:
@@ -226,6 +281,8 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     items = list(inputs)
     for i, item in enumerate(items):
         _check_input(runtime, (item,), {}, f"input {i} of map_children({name!r})")
+    upcoming = _line_position(run, run.peek()[0], "map_children")
+    _check_run_id(child_run_id(run.run_id, upcoming, max(len(items) - 1, 0)), "map_children")
     position, record = run.reach(name, CHILDREN)
     if record is None:
         if run.state.cancel_pending:
@@ -242,6 +299,8 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
             ]
         )  # fmt: skip
         record = run.state.positions[position]
+    line = _line_position(run, position, "map_children")
+    first_pass = True
     while True:
         if record.status == "completed":
             return list(record.result)
@@ -253,18 +312,31 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
                 f"map_children({name!r}) at position {position} of run {run.run_id!r} was "
                 f"started with {fan.total if fan else 0} inputs; the body now gives {len(items)}"
             )
-        assert isinstance(position, int)  # never in a branch (_parent_run)
-        if _fan_out_once(run, position, name, fan, items):
-            return [outcome_from_json(fan.ended[i]).value for i in range(fan.total)]  # type: ignore[union-attr]
+        if first_pass:
+            _send_unsent(run, [rid for _, rid in fan.in_flight()])
+            first_pass = False
+        if _fan_out_once(run, line, name, fan, items):
+            return fan.results()
 
 
 def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items: list[Any]) -> bool:
     """Record the children that ended, start the next ones; ``True`` once all finished.
-    Raises ``StepFailed`` for a failed child or a cancel, ``Suspend`` to wait."""
+    Raises ``StepFailed`` for a failed child or a cancel, ``Suspend`` to wait.
+
+    What the journal already says comes first: every child ended (a cancel that arrives
+    afterwards finds the position done, W7), or a child's failure recorded by a delivery that
+    died before storing the step's failure."""
     runtime = run.runtime
+    if fan.done() and fan.first_failure() is None:
+        return True
+    recorded = fan.first_failure()
+    if recorded is not None:
+        _index, rid, data = recorded
+        _cancel(run, [r for _, r in fan.in_flight()])
+        raise _failed(run, position, name, rid, child_error(rid, data))
     flying = fan.in_flight()
     if run.state.cancel_pending:
-        cancel_children(runtime, [rid for _, rid in flying])
+        _cancel(run, [rid for _, rid in flying])
         raise cancelled(run, position, name, CHILDREN)
     found = _outcomes(runtime, [rid for _, rid in flying]) if flying else {}
     events: list[NewEvent] = []
@@ -286,7 +358,7 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
         run.append(events)
         rid, data = failed
         # No more children start; the ones still running are no longer waited for.
-        cancel_children(runtime, [r for _, r in fan.in_flight()])
+        _cancel(run, [r for _, r in fan.in_flight()])
         error = child_error(rid, data)
         raise _failed(run, position, name, rid, error)
     sends: list[Resend] = []
@@ -314,7 +386,7 @@ def _failed(
     run.append(
         [
             run.event(
-                "StepFailed", position, name=name, kind=CHILDREN, attempts=0, child=child, **error
+                STEP_FAILED, position, name=name, kind=CHILDREN, attempts=0, child=child, **error
             )
         ]
     )
@@ -388,6 +460,13 @@ def wake_parent(run: RunContext) -> None:
         )  # fmt: skip
 
 
+def _cancel(run: RunContext, children: list[str]) -> None:
+    """:func:`cancel_children` from a body; the replay check (which ``sends`` nothing) only
+    replays, it cancels nothing."""
+    if getattr(run, "sends", True):
+        cancel_children(run.runtime, children)
+
+
 def cancel_children(runtime: Runtime, children: list[str]) -> None:
     """Ask each child to stop (W12), also one whose start is stored but not yet run: it then
     ends cancelled without running its body. A suspended child is sent again to see it."""
@@ -423,7 +502,7 @@ def child_states(runtime: Runtime, run_id: str) -> list[tuple[str, str]]:
     if not state.started:
         raise LookupError(f"no durable run {run_id!r} has started")
     ids: list[str] = []
-    for _pos, record in sorted(state.positions.items()):
+    for _pos, record in sorted(state.positions.items(), key=lambda i: position_order(i[0])):
         if record.child is not None:
             ids.append(record.child)
         elif record.fanout is not None:

@@ -8,6 +8,8 @@ Configured from the environment (the test sets it for each worker subprocess):
   store the test owns"): ``calls(what, key, attempt, at, pid)``;
 * ``E2E_GATE``    -- a file: ``gated`` blocks in its step until it exists;
 * ``E2E_VISIBILITY`` -- Redis ``visibility_timeout`` (seconds; small for crash tests);
+* ``E2E_QUEUE``   -- the queue the tasks go to and the worker consumes (default ``celery``): a
+  name of the test's own on a shared RabbitMQ vhost;
 * ``E2E_BODY``    -- which version of ``changing`` is deployed (non-determinism test);
 * ``E2E_LEASE``   -- ``durable_run_lease`` seconds;
 * ``E2E_ENGINE_OPTIONS`` -- ``durable_engine_options`` as JSON.
@@ -33,7 +35,7 @@ from celery_durable.worker.primitives import sleep, wait_signal
 
 app = Celery("durable_e2e", broker=os.environ.get("E2E_BROKER", "redis://127.0.0.1:6379/0"))
 _transport: dict[str, Any] = {}
-if os.environ.get("E2E_VISIBILITY"):
+if os.environ.get("E2E_VISIBILITY") and app.conf.broker_url.startswith("redis"):
     _transport = {
         "visibility_timeout": float(os.environ["E2E_VISIBILITY"]),
         # kombu 5.7: sweep for unacked messages every second (celery-facts §5).
@@ -42,6 +44,7 @@ if os.environ.get("E2E_VISIBILITY"):
     }
 app.conf.update(
     broker_transport_options=_transport,
+    task_default_queue=os.environ.get("E2E_QUEUE", "celery"),
     task_ignore_result=True,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,

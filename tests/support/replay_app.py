@@ -16,7 +16,7 @@ from celery_durable import Durable, ScheduledRun, parallel, patched, sleep
 app = Celery("replay_app", broker="memory://")
 app.conf.update(task_ignore_result=True)
 durable = Durable(app)
-BODY = {"order": "ab", "patch": "old", "branches": "ab"}
+BODY = {"order": "ab", "patch": "old", "branches": "ab", "parent": "a"}
 CALLS: list[str] = []
 
 
@@ -69,6 +69,30 @@ def branched() -> list[str]:
     return parallel(first, second)
 
 
+@durable.task(name="replay.patch_wait")
+def patch_wait() -> list[str]:
+    """As ``replay.patching``, with a durable sleep in the middle: runs of the old code are
+    still suspended when the new code is deployed (W14)."""
+    first = b() if BODY["patch"] == "new" and patched("b-first") else a()
+    sleep(timedelta(hours=2))
+    return [first, b()]
+
+
+@durable.task(name="replay.kid")
+def kid() -> str:
+    """A child that sleeps a day: its parent waits for it, suspended."""
+    sleep(timedelta(days=1))
+    return b()
+
+
+@durable.task(name="replay.parent")
+def parent() -> list[str]:
+    """``BODY["parent"]``: ``"a"`` calls step ``a`` before waiting for its child; ``"b"``
+    calls ``b`` there (a change that would park the waiting runs of the old code)."""
+    first = a() if BODY["parent"] == "a" else b()
+    return [first, durable.child(kid)]
+
+
 def reset() -> Any:
-    BODY.update(order="ab", patch="old", branches="ab")
+    BODY.update(order="ab", patch="old", branches="ab", parent="a")
     CALLS.clear()

@@ -125,6 +125,13 @@ class MemoryRunTable:
         )  # fmt: skip
         return [_resend(row) for row in rows[:limit]]
 
+    def queued(self, run_ids: Sequence[str]) -> builtins.list[Resend]:
+        """The messages of those of ``run_ids`` that were sent and never claimed (status
+        ``queued``), to send again (W10)."""
+        wanted = set(run_ids)
+        rows = self._select(lambda r: r["run_id"] in wanted and r["status"] == QUEUED)
+        return [_resend(row) for row in rows]
+
     def wakeups(self, now: datetime, *, limit: int = 100) -> builtins.list[Resend]:
         """Suspended runs whose wake time has come (W4), earliest first."""
         rows = self._select(
