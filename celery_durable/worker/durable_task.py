@@ -72,9 +72,10 @@ R_co = TypeVar("R_co", covariant=True)
 class DurableTask(Protocol[P, R_co]):
     """A durable task as a type checker sees it: the body's signature, and Celery's task API.
 
-    ``@durable.task`` returns the Celery task object. Calling it, ``delay``, ``s`` and ``si``
-    take the decorated function's parameters; ``apply_async`` and ``apply`` take Celery's
-    ``args``/``kwargs`` and options. The run ID of a delivery is its task id.
+    ``@durable.task`` returns the Celery task object. Calling it, ``delay`` and ``si`` take
+    the decorated function's parameters, ``s`` any part of them (a chain supplies the rest);
+    ``apply_async`` and ``apply`` take Celery's ``args``/``kwargs`` and options. The run ID of
+    a delivery is its task id.
     """
 
     name: str
@@ -88,8 +89,9 @@ class DurableTask(Protocol[P, R_co]):
         """Send a message for a new run with these arguments."""
         ...
 
-    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
-        """A signature of a run with these arguments (for canvas: chains, groups)."""
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of a run with these arguments (for canvas: chains, groups). They may
+        be partial: a chain adds the previous task's result as the first argument."""
         ...
 
     def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
