@@ -80,6 +80,8 @@ class Blackout:
 
     >>> Blackout("backups", "0 2 * * *", timedelta(hours=2), zone="Europe/Oslo").describe()
     'backups;cron 0 2 * * *;2h;Europe/Oslo'
+
+    A name cannot hold ``;`` (the separator of the text form).
     """
 
     name: str
@@ -95,6 +97,12 @@ class Blackout:
                 "control character",
                 field="blackout.name",
             )
+        if ";" in name:  # the text form separates its parts with ";" (blackout_text.py)
+            raise InvalidSchedule(
+                f"blackout name {_shown(name)} holds ';', which separates the parts of a "
+                "window's text form",
+                field="blackout.name",
+            )
         where = f"blackout {name!r}"
         duration = self.duration
         if isinstance(duration, bool) or not isinstance(duration, (timedelta, int, float)):
@@ -104,13 +112,19 @@ class Blackout:
             )
         if not isinstance(duration, timedelta):
             duration = timedelta(seconds=duration)
+        start, zone = self.start, self.zone
         if not timedelta(0) < duration <= MAX_DURATION:
+            if isinstance(start, datetime):  # Blackout.between: the range's end minus its start
+                raise InvalidSchedule(
+                    f"{where}: a fixed range must end after it starts and span at most 366 "
+                    f"days, not {duration.total_seconds():g} s",
+                    field="blackout.end",
+                )
             raise InvalidSchedule(
                 f"{where}: duration must be more than 0 s and at most 366 days, "
                 f"not {duration.total_seconds():g} s",
                 field="blackout.duration",
             )
-        start, zone = self.start, self.zone
         if isinstance(start, str):
             start = Cron(start, "UTC" if zone is None else zone)
         if isinstance(start, datetime):
@@ -234,11 +248,12 @@ class Blackout:
         return cls(data["name"], start=rule, duration=timedelta(seconds=data["seconds"]))
 
     def describe(self) -> str:
-        """The command-line form: ``NAME;cron EXPR;DURATION;ZONE`` or ``NAME;FROM;UNTIL``."""
-        start = self.start
-        if isinstance(start, datetime):
-            return f"{self.name};{_z(start)};{_z(start + self.duration)}"
-        return f"{self.name};{_start_text(start)};{_span(self.duration)};{start.zone}"
+        """The text form, ``NAME;cron EXPR;DURATION;ZONE`` or ``NAME;FROM;UNTIL``: what the
+        CLI and the admin show and read back unchanged
+        (:func:`~celery_durable.core.blackout_text.parse_window` is its inverse)."""
+        from celery_durable.core.blackout_text import describe_window
+
+        return describe_window(self)
 
     def __str__(self) -> str:
         return self.describe()
@@ -249,100 +264,6 @@ class Blackout:
         return (
             f"Blackout({self.name!r}, start={shown}, duration={self.duration.total_seconds():g}s)"
         )
-
-
-_FORMS = "NAME;daily HH:MM|weekly DAYS@HH:MM|cron EXPR;DURATION[;ZONE] or NAME;FROM;UNTIL"
-_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-
-
-def parse_window(text: str, what: str = "blackout") -> Blackout:
-    """A window from its text form, the inverse of :meth:`Blackout.describe` (the CLI's
-    ``--blackout`` and the admin's field): ``NAME;cron EXPR;DURATION[;ZONE]``, ``NAME;daily
-    HH:MM;…``, ``NAME;weekly DAYS@HH:MM;…`` (days ``sat,sun`` or ``mon-fri``; zone UTC when
-    left out) or ``NAME;FROM;UNTIL`` (ISO 8601 instants with ``Z`` or an offset)."""
-    from celery_durable.core.limits import parse_duration
-
-    parts = [part.strip() for part in text.split(";")] if isinstance(text, str) else []
-    if len(parts) not in (3, 4):
-        raise InvalidSchedule(f"{what}: {_shown(text)} is not {_FORMS}", field="blackouts")
-    name, start, rest = parts[0], parts[1], parts[2:]
-    kind, _, spec = start.partition(" ")
-    kind = kind.lower()
-    if kind not in ("daily", "weekly", "cron"):
-        if len(rest) != 1:
-            raise InvalidSchedule(
-                f"{what}: a fixed range is NAME;FROM;UNTIL (no zone: give offsets)",
-                field="blackouts",
-            )
-        return Blackout.between(name, _instant(start, what), _instant(rest[0], what))
-    zone = rest[1] if len(rest) == 2 else "UTC"
-    try:
-        span = parse_duration(rest[0])
-    except ValueError as exc:
-        raise InvalidSchedule(f"{what} duration: {exc}", field="blackouts") from None
-    rule: StartRule
-    if kind == "daily":
-        rule = Daily(spec.strip(), zone)
-    elif kind == "weekly":
-        days, sep, at = spec.partition("@")
-        if not sep:
-            raise InvalidSchedule(f"{what}: {_shown(spec)} is not DAYS@HH:MM", field="blackouts")
-        rule = Weekly(_days(days, what), at.strip(), zone)
-    else:
-        rule = Cron(spec.strip(), zone)
-    return Blackout(name, start=rule, duration=span)
-
-
-def _instant(text: str, what: str) -> datetime:
-    value = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidSchedule(
-            f"{what}: {_shown(text)} is not an ISO 8601 instant (e.g. 2026-12-24T18:00Z)",
-            field="blackouts",
-        ) from None
-    return _check_instant(what, moment)
-
-
-def _days(text: str, what: str) -> list[str]:
-    days: list[str] = []
-    for item in text.split(","):
-        first, dash, last = item.strip().lower().partition("-")
-        if not dash:
-            days.append(first)
-            continue
-        if first[:3] not in _DAYS or last[:3] not in _DAYS:
-            raise InvalidSchedule(f"{what}: {_shown(item)} is not a range of days (mon-fri)")
-        days.extend(_DAYS[_DAYS.index(first[:3]) : _DAYS.index(last[:3]) + 1])
-    return days
-
-
-def _z(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
-
-
-def _start_text(rule: StartRule) -> str:
-    if isinstance(rule, Daily):
-        return f"daily {rule.at.isoformat(timespec='minutes')}"
-    if isinstance(rule, Weekly):
-        days = ",".join(day.name[:3].lower() for day in rule.days)
-        return f"weekly {days}@{rule.at.isoformat(timespec='minutes')}"
-    if isinstance(rule, Cron):
-        return f"cron {rule.expr}"
-    return rule.describe()
-
-
-def _span(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    if seconds != span.total_seconds():
-        return f"{span.total_seconds():g}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,18 +292,12 @@ def blocking(due: datetime, windows: Sequence[Blackout]) -> Blocked | None:
     first: Blackout | None = None
     moment = due
     for _ in range(_CHAIN):
-        ends = []
-        for window in windows:
-            end = window.covering(moment)
-            if end is not None:
-                ends.append(end)
-                if first is None:
-                    first = window
-        if not ends:
+        covering = [(w, end) for w in windows if (end := w.covering(moment)) is not None]
+        if not covering:
             return None if first is None else Blocked(window=first, ends=moment)
-        moment = max(ends)
-    assert first is not None
-    return Blocked(window=first, ends=None)
+        first = first or covering[0][0]
+        moment = max(end for _, end in covering)
+    return Blocked(window=first or windows[0], ends=None)
 
 
 def check_windows(windows: object, what: str = "blackouts") -> tuple[Blackout, ...]:
@@ -453,7 +368,6 @@ __all__ = [
     "blocking",
     "check_windows",
     "global_windows",
-    "parse_window",
     "set_event",
     "windows_from_json",
     "windows_to_json",

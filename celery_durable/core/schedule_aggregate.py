@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core import catchup
+from celery_durable.core.blackout_plan import fate, send_moment
 from celery_durable.core.blackouts import Blackout, OnBlackout, blocking
 from celery_durable.core.codec import (
     canonical,
@@ -31,6 +32,7 @@ from celery_durable.core.rules import LiveSchedules, Once
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
+    RunDeferred,
     RunEnded,
     RunFailedToStart,
     RunMissed,
@@ -161,30 +163,47 @@ class ScheduleState:
     def next_run(
         self, blackouts: tuple[Blackout, ...] = (), live: LiveSchedules | None = None
     ) -> datetime | None:
-        """When the next run of the rule will really be sent, blackouts (P4) considered.
+        """When the next run will really be sent, blackouts (P4) and jitter (P2) considered.
 
-        A due time inside a window is passed over (``skip``) or sent when the blackout is
-        over (``defer``). ``None`` as for :meth:`next_due`, or when the next
-        :data:`NEXT_RUN_LOOKAHEAD` due times all fall inside windows that skip them.
+        The earliest of: a decided run waiting to be sent (a held one excepted: it waits for
+        the running one to end), and the first due time of the rule whose run a window leaves
+        alone or only moves (:func:`~.blackout_plan.fate`). ``None`` as for :meth:`next_due`,
+        or when the next :data:`NEXT_RUN_LOOKAHEAD` due times all fall where they are skipped.
         """
+        content = self.content
+        if content is None:
+            return None
+        windows = _windows(content, blackouts)
+        defer = content.on_blackout is OnBlackout.DEFER
+        moments = [
+            moment
+            for p in self.pending
+            if not p.held
+            and (moment := _sent_at(p, windows, defer)) is not None
+            and (p.deadline is None or moment < p.deadline)
+        ]
+        taken = _deferred_to(self.pending, windows)
+        rule, timing = content.rule, content.timing
         due = self.next_due(live)
-        if due is None or self.content is None:
-            return due
-        windows = _windows(self.content, blackouts)
-        rule = self.content.rule
         for _ in range(NEXT_RUN_LOOKAHEAD):
-            blocked = blocking(due, windows) if windows else None
-            if blocked is None:
-                return due
-            if self.content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
-                return blocked.ends
+            if due is None or (moments and due >= min(moments)):
+                break
+            found = fate(
+                self.schedule_id,
+                due,
+                windows,
+                defer=defer,
+                jitter=timing.jitter,
+                deadline=timing.start_deadline,
+                taken=taken,
+            )
+            if found.starts is not None:
+                moments.append(found.starts)
+                break
             if isinstance(rule, Once):
-                return None
-            following = rule.next_after(due, anchor=self.anchor, live=live)
-            if following is None:
-                return None
-            due = following
-        return None
+                break
+            due = rule.next_after(due, anchor=self.anchor, live=live)
+        return min(moments, default=None)
 
     def _budget_spent(self) -> bool:
         assert self.content is not None
@@ -272,6 +291,24 @@ class ScheduleState:
             ),
             running=tuple(time_from_json(t) for t in data.get("running", ())),
         )
+
+
+def _deferred_to(pending: Iterable[PendingRun], windows: tuple[Blackout, ...]) -> set[datetime]:
+    """P4: the ends of the blackouts a deferred run already waits for (one run per blackout)."""
+    return {
+        blocked.ends
+        for p in pending
+        if p.blackout is not None
+        and (blocked := blocking(p.due, windows)) is not None
+        and blocked.ends is not None
+    }
+
+
+def _sent_at(pending: PendingRun, windows: tuple[Blackout, ...], defer: bool) -> datetime | None:
+    """When a decided run is sent (P4: not inside a window; triggers and backfills are)."""
+    if pending.reason != "rule":
+        return pending.send_time
+    return send_moment(pending.send_time, windows, defer=defer)[0]
 
 
 def _optional_times(**moments: datetime | None) -> dict[str, str]:
@@ -365,9 +402,16 @@ class MarkStarted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MarkFailedToStart:
+    """A decided run that can never start (D5).
+
+    ``sent``: recorded by the worker that received the run's message (a durable run whose
+    secret input cannot be read, P5), although the aggregate no longer tracks a sent run.
+    """
+
     due: datetime
     error: str
     now: datetime
+    sent: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -486,7 +530,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
             return []
         return [RunStarted(at=command.now, due=command.due)]
     if isinstance(command, MarkFailedToStart):
-        if _pending(state, command.due) is None:
+        if not command.sent and _pending(state, command.due) is None:
             return []
         return [RunFailedToStart(at=command.now, due=command.due, error=command.error)]
     if isinstance(command, MarkMissed):
@@ -594,7 +638,45 @@ def _decide_due(
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
-    return [*missed, *_decide_new(state, now, live, blackouts)]
+    held_back = _held_back(state, now, blackouts)
+    if held_back:
+        state = fold_all(state, held_back)
+    return [*missed, *held_back, *_decide_new(state, now, live, blackouts)]
+
+
+def _held_back(
+    state: ScheduleState, now: datetime, blackouts: tuple[Blackout, ...]
+) -> list[ScheduleEvent]:
+    """P4 at the send moment: decided runs that would be sent now, inside a window, are
+    skipped (``skip``) or wait until the blackout is over (``defer``)."""
+    content = state.content
+    if content is None or not state.pending:
+        return []
+    windows = _windows(content, blackouts)
+    sendable = [p for p in state.sendable() if p.reason == "rule" and p.send_time <= now]
+    blocked = blocking(now, windows) if windows and sendable else None
+    if blocked is None:
+        return []
+    if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
+        name, until = blocked.window.name, blocked.ends
+        return [RunDeferred(at=now, due=p.due, until=until, blackout=name) for p in sendable]
+    return [RunSkipped(at=now, due=p.due, reason=blocked.reason) for p in sendable]
+
+
+def _at_send(
+    event: ScheduleEvent, now: datetime, windows: tuple[Blackout, ...], defer: bool
+) -> ScheduleEvent:
+    """P4 at the send moment of a run decided now: one that would be sent at once, inside a
+    window, is skipped, or decided to be sent when the blackout is over."""
+    if not isinstance(event, RunDecided) or event.held or not windows:
+        return event
+    send = event.due if event.send_at is None else event.send_at
+    blocked = blocking(now, windows) if send <= now else None
+    if blocked is None:
+        return event
+    if defer and blocked.ends is not None:
+        return replace(event, send_at=blocked.ends, blackout=blocked.window.name)
+    return RunSkipped(at=now, due=event.due, reason=blocked.reason)
 
 
 def _windows(content: Content, blackouts: tuple[Blackout, ...]) -> tuple[Blackout, ...]:
@@ -621,9 +703,14 @@ def _decide_new(
         # R5: a past `at` runs at the next tick whatever the catch-up policy.
         if due is None or due > now:
             return []
-        blocked = blocking(due, _windows(content, blackouts))
+        windows = _windows(content, blackouts)
+        blocked = blocking(due, windows)
         if blocked is None:
-            return _decided_or_missed(state, content, due, now)
+            defer = content.on_blackout is OnBlackout.DEFER
+            return [
+                _at_send(e, now, windows, defer)
+                for e in _decided_or_missed(state, content, due, now)
+            ]
         if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
             until = (blocked.window.name, blocked.ends)
             return _decided_or_missed(state, content, due, now, until)
@@ -653,12 +740,7 @@ def _decide_new(
     deadline = content.timing.start_deadline
     windows = _windows(content, blackouts)
     defer = content.on_blackout is OnBlackout.DEFER
-    # P4: the blackouts a deferred run already waits for the end of (one run per blackout).
-    deferred_to = {
-        blocked.ends
-        for p in state.pending
-        if p.blackout is not None and (blocked := blocking(p.due, windows)) is not None
-    }
+    deferred_to = _deferred_to(state.pending, windows)
     for due in runs:
         blocked = blocking(due, windows) if windows else None
         deferred: tuple[str, datetime] | None = None
@@ -673,7 +755,11 @@ def _decide_new(
             events.extend(_decided_or_missed(state, content, due, now, deferred))
             continue
         if content.overlap is Overlap.ALLOW or not busy:
-            events.append(_decided(state, content, due, now, "rule", deferred=deferred))
+            decided = _decided(state, content, due, now, "rule", deferred=deferred)
+            event = _at_send(decided, now, windows, defer)
+            events.append(event)
+            if isinstance(event, RunSkipped):
+                continue  # skipped at its send moment: it holds no slot
         elif content.overlap is Overlap.BUFFER_ONE and not buffered:
             events.append(_decided(state, content, due, now, "rule", held=True, deferred=deferred))
             buffered = True
@@ -781,7 +867,11 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             running = (*running, event.due)
         return dict(pending=tuple(p for p in state.pending if p.due != event.due), running=running)
     if isinstance(event, RunFailedToStart):
-        return dict(pending=tuple(p for p in state.pending if p.due != event.due))
+        # A worker may record a sent run that could not start (P5): it ends no tracked run.
+        return dict(
+            pending=tuple(p for p in state.pending if p.due != event.due),
+            running=tuple(t for t in state.running if t != event.due),
+        )
     if isinstance(event, RunMissed):
         return dict(
             pending=tuple(p for p in state.pending if p.due != event.due),
@@ -790,7 +880,18 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
     if isinstance(event, RunEnded):
         return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
-        return dict(cursor=_later(state.cursor, event.due))
+        # A decided run skipped at its send moment (P4) leaves the runs waiting to be sent.
+        left = tuple(p for p in state.pending if p.due != event.due)
+        return dict(cursor=_later(state.cursor, event.due), pending=left)
+    if isinstance(event, RunDeferred):
+        return dict(
+            pending=tuple(
+                replace(p, send_at=event.until, blackout=event.blackout)
+                if p.due == event.due
+                else p
+                for p in state.pending
+            )
+        )
     if isinstance(event, RunsMissed):
         return dict(cursor=_later(state.cursor, event.through))
     return {}

@@ -17,7 +17,8 @@ from django import forms
 from django.conf import settings
 
 from celery_durable.core import limits
-from celery_durable.core.blackouts import Blackout, OnBlackout, parse_window
+from celery_durable.core.blackout_text import parse_window
+from celery_durable.core.blackouts import Blackout, OnBlackout
 from celery_durable.core.ids import check_schedule_id
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
