@@ -19,6 +19,8 @@ from celery_durable.core.audit import check_audit
 from celery_durable.core.blackouts import (
     GLOBAL_STREAM,
     Blackout,
+    BlackoutsChange,
+    changes_of,
     check_windows,
     global_windows,
     set_event,
@@ -75,6 +77,10 @@ class GlobalBlackouts:
             return True
 
         return retry_on_conflict(attempt, what="the global blackout windows")
+
+    def history(self) -> list[BlackoutsChange]:
+        """Every change of the global windows, newest first: when, who, why (O5), the list."""
+        return changes_of(self._runtime.journal.read_stream(GLOBAL_STREAM))[::-1]
 
     def clear(self, *, by: str | None = None, reason: str | None = None) -> bool:
         """Remove every global window; ``False`` when there was none."""

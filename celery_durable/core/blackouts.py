@@ -13,6 +13,7 @@ passed in, as the clock is.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -63,6 +64,11 @@ class OnBlackout(str, Enum):
         )
 
 
+def _breaks_line(text: str) -> bool:
+    """A line or paragraph separator (U+2028, U+2029): a window is one line of text."""
+    return any(unicodedata.category(c) in ("Zl", "Zp") for c in text)
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "…"
@@ -91,10 +97,10 @@ class Blackout:
 
     def __post_init__(self) -> None:
         name = check_text(self.name, "blackout name", max_length=MAX_NAME_LENGTH)
-        if name != name.strip() or first_control(name) is not None:
+        if name != name.strip() or first_control(name) is not None or _breaks_line(name):
             raise InvalidSchedule(
-                f"blackout name {_shown(name)} has leading or trailing whitespace or a "
-                "control character",
+                f"blackout name {_shown(name)} has leading or trailing whitespace, a "
+                "control character or a line break",
                 field="blackout.name",
             )
         if ";" in name:  # the text form separates its parts with ";" (blackout_text.py)
@@ -351,6 +357,30 @@ def set_event(
     return NewEvent(type=SET_EVENT, data=data)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlackoutsChange:
+    """One change of the global windows: when, who and why (O5), and the list from then on."""
+
+    at: datetime
+    by: str | None
+    reason: str | None
+    windows: tuple[Blackout, ...]
+
+
+def changes_of(events: Sequence[StoredEvent]) -> list[BlackoutsChange]:
+    """The changes the ``BlackoutsSet`` events among ``events`` record, oldest first."""
+    return [
+        BlackoutsChange(
+            at=time_from_json(event.data["at"]),
+            by=event.data.get("by"),
+            reason=event.data.get("reason"),
+            windows=windows_from_json(event.data.get("blackouts")),
+        )
+        for event in events
+        if event.type == SET_EVENT
+    ]
+
+
 def global_windows(events: Sequence[StoredEvent]) -> tuple[Blackout, ...] | None:
     """The list the newest ``BlackoutsSet`` among ``events`` holds; ``None`` when there is none."""
     for event in reversed(events):
@@ -363,9 +393,11 @@ __all__ = [
     "GLOBAL_STREAM",
     "SET_EVENT",
     "Blackout",
+    "BlackoutsChange",
     "Blocked",
     "OnBlackout",
     "blocking",
+    "changes_of",
     "check_windows",
     "global_windows",
     "set_event",
