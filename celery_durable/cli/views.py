@@ -91,6 +91,32 @@ def upcoming(view: Any, count: int) -> list[datetime]:
     return found
 
 
+def fates(view: Any, dues: list[datetime], global_windows: Any) -> list[Any]:
+    """What becomes of each of ``dues`` under the schedule's own and the global windows
+    (P4; jitter and start deadline considered, one run per blackout)."""
+    from celery_durable.core.blackout_plan import fate
+    from celery_durable.core.blackouts import OnBlackout
+
+    windows = (*view.blackouts, *global_windows)
+    defer = view.on_blackout is OnBlackout.DEFER
+    taken: set[datetime] = set()
+    found = []
+    for due in dues:
+        one = fate(
+            view.id,
+            due,
+            windows,
+            defer=defer,
+            jitter=view.jitter,
+            deadline=view.start_deadline,
+            taken=taken,
+        )
+        if one.deferred_to is not None:
+            taken.add(one.deferred_to)  # later due times inside this blackout are skipped
+        found.append(one)
+    return found
+
+
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
     """One word for a run: the schedule's word until a durable run's row says more."""
     if view is not None and view.state in NOT_STARTED:

@@ -35,6 +35,8 @@ class Fate:
     """The window that skips or moves it; ``None`` when none does."""
     missed: bool = False
     """Moved past its start deadline (P1): recorded as missed, never sent."""
+    deferred_to: datetime | None = None
+    """The due time is inside a blackout and deferred to its end (``taken`` for the next)."""
 
     @property
     def moved(self) -> bool:
@@ -60,17 +62,17 @@ def fate(
     """
     offset = timedelta(0) if jitter is None else jitter_offset(run_id(schedule_id, due), jitter)
     blocked = blocking(due, windows) if windows else None
-    send = due + offset
+    send, deferred_to = due + offset, None
     if blocked is not None:
         if not defer or blocked.ends is None or blocked.ends in taken:
             return Fate(due=due, starts=None, blackout=blocked.window.name)
-        send = blocked.ends + offset
+        send, deferred_to = blocked.ends + offset, blocked.ends
     starts, at_send = send_moment(send, windows, defer=defer)
     window = blocked or at_send
     name = None if window is None else window.window.name
     if starts is not None and deadline is not None and starts >= due + deadline:
-        return Fate(due=due, starts=None, blackout=name, missed=True)
-    return Fate(due=due, starts=starts, blackout=name)
+        return Fate(due=due, starts=None, blackout=name, missed=True, deferred_to=deferred_to)
+    return Fate(due=due, starts=starts, blackout=name, deferred_to=deferred_to)
 
 
 def send_moment(

@@ -69,6 +69,12 @@ def _breaks_line(text: str) -> bool:
     return any(unicodedata.category(c) in ("Zl", "Zp") for c in text)
 
 
+def _length(span: timedelta) -> str:
+    if abs(span) >= timedelta(days=1):
+        return f"{span / timedelta(days=1):.1f} days"
+    return f"{span.total_seconds():g} s"
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "…"
@@ -123,12 +129,12 @@ class Blackout:
             if isinstance(start, datetime):  # Blackout.between: the range's end minus its start
                 raise InvalidSchedule(
                     f"{where}: a fixed range must end after it starts and span at most 366 "
-                    f"days, not {duration.total_seconds():g} s",
+                    f"days, not {_length(duration)}",
                     field="blackout.end",
                 )
             raise InvalidSchedule(
                 f"{where}: duration must be more than 0 s and at most 366 days, "
-                f"not {duration.total_seconds():g} s",
+                f"not {_length(duration)}",
                 field="blackout.duration",
             )
         if isinstance(start, str):
