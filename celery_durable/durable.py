@@ -20,6 +20,7 @@ from celery_durable.store.index import ScheduleIndex
 from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.runs import RunStore
 from celery_durable.worker import run_ends as ends
+from celery_durable.worker import secret_masking
 
 if TYPE_CHECKING:
     from celery_durable.core.children import ChildHandle
@@ -59,6 +60,7 @@ class Durable:
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
+        secret_masking.install()  # P5: retries and debug lines show references only
         install_report_filter()
 
     @classmethod

@@ -358,11 +358,18 @@ def test_metrics_name_no_value(
 
 
 def test_a_durable_task_reads_its_secrets_in_the_worker_at_run_input(
-    durable: Durable, app: Celery, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    durable: Durable,
+    app: Celery,
+    clock: FakeClock,
+    redis_url: str,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Executed by Celery's ``apply`` (the worker's code path): ``setting:`` is read from the
-    app's configuration; a missing reference faults the run with an error naming it."""
-    from celery_durable import Faulted, Finished
+    app's configuration; a reference that cannot be read fails the run's start (D5): the
+    body never runs, the run is recorded as failed to start, logged once, naming it."""
+    from celery_durable import Finished
 
     seen: list[Any] = []
 
@@ -377,12 +384,34 @@ def test_a_durable_task_reads_its_secrets_in_the_worker_at_run_input(
     uses.apply(args, kwargs, task_id="s@2026-11-02T12:00:05.0000000Z")
     assert seen == [{"token": "setting-value-7f3a"}]
     assert durable.outcome("s@2026-11-02T12:00:05.0000000Z", timeout=5) == Finished(18)
-    missing = ScheduledRun("s", due, {"token": Secret("env:P5_NOWHERE")})
-    args, kwargs, _ = scheduled_message(missing)
+    # The dispatcher decides and sends the next run (beat needs no value: durable task).
+    durable.schedules.create(
+        "later", "uses-secret", {"token": Secret("env:P5_NOWHERE")}, Every(timedelta(seconds=5))
+    )
+    first_run(durable, clock)
+    broker = redis.Redis.from_url(redis_url)
+    [raw] = [json.loads(m) for m in broker.lrange("celery", 0, -1)]
+    broker.close()
+    args, kwargs, _ = json.loads(base64.b64decode(raw["body"]))
+    rid = raw["headers"]["id"]
+    headers = {k: v for k, v in raw["headers"].items() if k.startswith("durable_")}
     monkeypatch.delenv("P5_NOWHERE", raising=False)
-    uses.apply(args, kwargs, task_id="s@2026-11-02T12:00:10.0000000Z")
-    outcome = durable.outcome("s@2026-11-02T12:00:10.0000000Z", timeout=5)
-    assert isinstance(outcome, Faulted) and "env:P5_NOWHERE" in str(outcome.error)
+    for _ in range(2):  # a second delivery of the same message: recorded and logged once
+        uses.apply(args, kwargs, task_id=rid, headers=headers)
+    assert len(seen) == 1, "the body never ran"
+    assert durable.runs.row(rid)["status"] == "failed_to_start"
+    with pytest.raises(LookupError):
+        durable.outcome(rid, timeout=0)
+    [failed] = durable.schedules.runs("later")
+    assert (failed.run_id, failed.state) == (rid, "failed_to_start")
+    assert failed.error == (
+        "SecretUnavailable: secret env:P5_NOWHERE cannot be resolved: no such environment variable"
+    )
+    lines = [r.getMessage() for r in caplog.records if "can never start" in r.getMessage()]
+    assert lines == [
+        f"run {rid!r} of schedule 'later' (due 2026-11-02T12:00:05.000000Z, task 'uses-secret') "
+        f"can never start: {failed.error}"
+    ]
     assert b"setting-value-7f3a" not in journal_bytes(sqlite_url)
 
 
@@ -528,3 +557,116 @@ def test_beat_and_worker_processes_never_show_the_values(
         assert token.encode() not in journal
         for text in logs + outputs:
             assert token not in text
+
+
+def test_retries_debug_lines_inspect_and_failed_durable_starts_never_show_the_values(
+    tmp_path: Path, redis_url: str, sqlite_url: str
+) -> None:
+    """P5 with real beat and worker processes, at DEBUG: a plain task with a short schedule
+    ID (the pool's debug line prints the raw message, cut at 1,024 characters: the value
+    would fit), a plain task that retries (Celery publishes it again), ``celery inspect
+    active``, ``reserved`` and ``scheduled`` while those run, and a durable task whose secret
+    the worker cannot read (D5: failed to start, logged once per run, the schedule goes
+    on). Every captured output and the journal file are searched for the values."""
+    token = f"t-{uuid.uuid4().hex}"
+    received = tmp_path / "received"
+    received.mkdir()
+    env = {
+        "E2E_BROKER": redis_url,
+        "CELERY_DURABLE_URL": sqlite_url,
+        "E2E_RECEIVED": str(received),
+        "E2E_PLAIN_TOKEN": token,
+    }
+    setup = Durable(Celery("setup", set_as_current=False), sqlite_url)
+    app = setup.app
+    for name in ("secret.plain", "secret.flaky", "secret.slow"):
+        app.task(name=name, shared=False)(_never)
+
+    @setup.task(name="secret.durable", shared=False)
+    def durable_job(run: ScheduledRun) -> None: ...  # pragma: no cover
+
+    ref = Secret("env:E2E_PLAIN_TOKEN")
+    setup.schedules.create("p", "secret.plain", None, Every(timedelta(seconds=2)), args=[ref])
+    setup.schedules.create("r", "secret.flaky", None, Every(timedelta(seconds=4)), args=[ref])
+    setup.schedules.create(
+        "w", "secret.slow", None, Every(timedelta(seconds=1)), args=[ref], queue="slow"
+    )
+    setup.schedules.create(
+        "d", "secret.durable", {"token": Secret("env:E2E_NOT_SET")}, Every(timedelta(seconds=1))
+    )
+    setup.close()
+
+    def worker(name: str, *args: str) -> list[str]:
+        return python_command(
+            "-m", "celery", "-A", APP, "worker", "--pool=threads", "-l", "DEBUG",
+            "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args,
+        )  # fmt: skip
+
+    beat_cmd = python_command(
+        "-m", "celery", "-A", APP, "beat", "-S", "durable", "-l", "DEBUG",
+        "--schedule", str(tmp_path / "unused-beat-schedule"),
+    )  # fmt: skip
+    reader = Durable(Celery("reader", set_as_current=False), sqlite_url)
+    inspected: dict[str, list[str]] = {"active": [], "reserved": [], "scheduled": []}
+
+    def inspect(command: str) -> str:
+        done = run_child(
+            python_command("-m", "celery", "-A", APP, "inspect", command, "--timeout", "2"),
+            cwd=tmp_path,
+            env=child_env(env),
+        )
+        inspected[command].append(done.stdout + done.stderr)
+        return done.stdout
+
+    def failed(schedule: str) -> int:
+        return sum(r.state == "failed_to_start" for r in reader.schedules.runs(schedule))
+
+    def seen() -> bool:
+        names = {p.name for p in received.iterdir()}
+        looked = {
+            "active": "secret.slow" in inspect("active")
+            or any("secret.slow" in o for o in inspected["active"][:-1]),
+            "reserved": any("secret.slow" in o for o in inspected["reserved"])
+            or "secret.slow" in inspect("reserved"),
+            "scheduled": any("secret.flaky" in o for o in inspected["scheduled"])
+            or "secret.flaky" in inspect("scheduled"),
+        }
+        return (
+            all(looked.values())
+            and any(n.startswith("r@") and n.endswith("-retried") for n in names)
+            and any(n.startswith("p@") for n in names)
+            and failed("d") >= 2
+        )
+
+    with (
+        running_process(worker("a", "-c", "2"), log_path=tmp_path / "a.log", env=env) as a,
+        running_process(worker("b", "-c", "1", "-Q", "slow"), log_path=tmp_path / "b.log",
+                        env=env) as b,
+        running_process(beat_cmd, log_path=tmp_path / "beat.log", env=env) as beat,
+    ):  # fmt: skip
+        wait_for(seen, timeout=120, interval=0.5, processes=[a, b, beat])
+        logs = [a.read_log(), b.read_log(), beat.read_log()]
+    values = [(received / n).read_text() for n in sorted(p.name for p in received.iterdir())]
+    assert values and {v.split("|")[0] for v in values} == {token}  # the tasks got the value
+    # Celery showed each of these messages (its debug line, its received line, inspect).
+    assert "TaskPool: Apply" in logs[0] and "(hidden: the message carries secret values" in logs[0]
+    assert "secret.flaky" in logs[0] and "retry" in logs[0].lower()
+    for command, outputs in inspected.items():
+        assert any("env:E2E_PLAIN_TOKEN" in o for o in outputs), command
+    # D5 for a durable task: failed to start in the worker, named, logged once per run.
+    runs = [r for r in reader.schedules.runs("d") if r.state == "failed_to_start"]
+    assert runs and all("env:E2E_NOT_SET" in str(r.error) for r in runs)
+    lines = [line for line in logs[0].splitlines() if "can never start" in line]
+    assert lines and all("env:E2E_NOT_SET" in line for line in lines)
+    assert len(lines) == len({line.split("run '")[1].split("'")[0] for line in lines})
+    assert reader.runs.row(runs[0].run_id)["status"] == "failed_to_start"
+    assert reader.schedules.state("d").next_due is not None  # the schedule goes on
+    reader.close()
+    journal = journal_bytes(sqlite_url)
+    assert token.encode() not in journal
+    for text in logs + [o for outputs in inspected.values() for o in outputs]:
+        assert token not in text
+
+
+def _never(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - registers a name only
+    return None

@@ -69,6 +69,18 @@ def branched() -> list[str]:
     return parallel(first, second)
 
 
+@durable.step(name="measure")
+def measure(size: int) -> int:
+    CALLS.append("measure")
+    return size
+
+
+@durable.task(name="replay.secret")
+def secretive(run: ScheduledRun) -> int:
+    """Reads a secret input (P5): ``setting:REPLAY_TOKEN`` from the app's settings."""
+    return measure(len(run.input["token"]))
+
+
 def reset() -> Any:
     BODY.update(order="ab", patch="old", branches="ab")
     CALLS.clear()
