@@ -455,6 +455,78 @@ def test_the_admin_shows_references_and_keeps_them_on_save(
     assert type(view.options["args"][0]) is Secret
 
 
+def test_the_admin_add_form_and_history_page_keep_references(
+    client: Any,  # noqa: F811
+    admin_durable: Durable,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The add form reads ``{"$secret": "env:NAME"}`` as a Secret; the history page shows
+    the reference, never the value (P5, O5)."""
+    from tests.test_django_admin import form_data
+
+    monkeypatch.setenv("P5_ADMIN_ADD", "admin-add-value-9b1d")
+    data = form_data(
+        id="added",
+        task="report",
+        kind="every",
+        every="1h",
+        input="null",
+        options='{"args": [{"$secret": "env:P5_ADMIN_ADD"}]}',
+        reason="rotate",
+    )
+    response = client.post(LIST + "add/", data)
+    assert response.status_code == 302, response.context["form"].errors
+    view = admin_durable.schedules.state("added")
+    assert view is not None and view.options["args"] == [Secret("env:P5_ADMIN_ADD")]
+    assert client.post(LIST + "added/change/", {**data, "every": "2h"}).status_code == 302
+    pages = [
+        client.get(LIST + "add/").content.decode(),
+        client.get(LIST + "added/change/").content.decode(),
+        client.get(LIST + "added/history/").content.decode(),
+    ]
+    assert "env:P5_ADMIN_ADD" in pages[1] and "env:P5_ADMIN_ADD" in pages[2]
+    assert all("admin-add-value-9b1d" not in page for page in pages)
+
+
+def test_the_cli_creates_schedules_with_secrets_and_never_prints_a_value(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--input``, ``--args`` and ``--kwargs`` read ``{"$secret": "env:NAME"}`` as a Secret;
+    every command shows the reference; a bad reference is refused, naming it."""
+    from tests.test_cli import as_json, fails, ok
+
+    monkeypatch.setenv("P5_CLI", "cli-value-3c3c")
+    url = sqlite_url
+    ok(url, "schedules", "create", "durable-in", "cli.invoice", "--every", "1h",
+       "--input", '{"token": {"$secret": "env:P5_CLI"}}')  # fmt: skip
+    ok(url, "schedules", "create", "plain-args", "cli.backup", "--every", "1h",
+       "--args", '[{"$secret": "env:P5_CLI"}]',
+       "--kwargs", '{"key": {"$secret": "setting:P5_CLI_SETTING"}}',
+       "--reason", "rotate")  # fmt: skip
+    shown = as_json(url, "schedules", "show", "durable-in")
+    assert shown["input"] == {"token": {"$secret": "env:P5_CLI"}}
+    plain = as_json(url, "schedules", "show", "plain-args")
+    assert plain["options"]["args"] == [{"$secret": "env:P5_CLI"}]
+    assert plain["options"]["kwargs"] == {"key": {"$secret": "setting:P5_CLI_SETTING"}}
+    ok(url, "schedules", "change", "plain-args", "--every", "2h")  # keeps the references
+    outputs = [
+        ok(url, "schedules", "show", "durable-in"),
+        ok(url, "schedules", "show", "plain-args"),
+        ok(url, "schedules", "list"),
+        ok(url, "schedules", "history", "plain-args"),
+        json.dumps(as_json(url, "schedules", "list")),
+    ]
+    assert '{"$secret": "env:P5_CLI"}' in outputs[1]
+    assert as_json(url, "schedules", "show", "plain-args")["options"]["args"] == [
+        {"$secret": "env:P5_CLI"}
+    ]
+    line = fails(url, 2, "schedules", "create", "bad", "cli.backup", "--every", "1h",
+                 "--input", '{"$secret": "vault:TOK"}')  # fmt: skip
+    assert "must start with env: or setting: (given 'vault')" in line
+    for text in [*outputs, journal_bytes(url).decode("utf-8", "replace")]:
+        assert "cli-value-3c3c" not in text
+
+
 # -- real beat and worker processes -------------------------------------------------------------
 
 APP = "tests.e2e.secret_app"
