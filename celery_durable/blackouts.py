@@ -16,12 +16,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from celery_durable.core.audit import check_audit
-from celery_durable.core.blackouts import (
+from celery_durable.core.blackouts import Blackout, check_windows
+from celery_durable.core.global_blackouts import (
     GLOBAL_STREAM,
-    Blackout,
     BlackoutsChange,
     changes_of,
-    check_windows,
     global_windows,
     set_event,
 )

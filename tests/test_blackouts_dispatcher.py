@@ -256,3 +256,20 @@ def test_through_the_dispatcher_no_run_starts_inside_a_window(case: dict[str, An
         rule(without, with_, every)
         moved = sum(1 for d, o in without.items() if o != with_.get(d))
         event(f"{mode.value}: due times a window changed: {min(moved, 3)}")
+
+
+def test_durable_blackouts_is_read_with_the_other_settings() -> None:
+    """It is part of the frozen configuration (``DurableConfig.blackouts``), checked when it
+    is read: a ``ConfigError`` naming the setting."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    freeze = Blackout.between("freeze", T0, T0 + 60 * S)
+    assert DurableConfig.from_app({"durable_blackouts": [freeze]}).blackouts == (freeze,)
+    assert DurableConfig.from_app({}).blackouts is None
+    for bad, words in (
+        (["nightly;cron 0 2 * * *;2h"], "durable_blackouts must hold Blackout windows, not str"),
+        (freeze, "durable_blackouts must be a list of Blackout windows"),
+        ([freeze, freeze], "durable_blackouts: the name 'freeze' is given twice"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            DurableConfig.from_app({"durable_blackouts": bad})

@@ -15,13 +15,28 @@ Triggers and backfills (D9) are an operator's explicit request and are not held 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from celery_durable.core.blackouts import Blackout, Blocked, blocking
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import jitter_offset
+from celery_durable.core.schedule_events import RunDecided, RunDeferred, RunSkipped, ScheduleEvent
+
+
+class PendingRun(Protocol):
+    """What these functions read of the aggregate's decided, unsent run."""
+
+    @property
+    def due(self) -> datetime: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def blackout(self) -> str | None: ...
+    @property
+    def send_time(self) -> datetime: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,4 +104,64 @@ def send_moment(
     return None, blocked
 
 
-__all__ = ["Fate", "fate", "send_moment"]
+# The aggregate's side (core/schedule_aggregate.py) -------------------------------------
+
+
+def send_now_or_later(
+    sendable: Iterable[PendingRun], now: datetime, windows: Sequence[Blackout], *, defer: bool
+) -> list[ScheduleEvent]:
+    """Decided runs that would be sent now, inside a window: skipped (``skip``) or waiting
+    until the blackout is over (``defer``). Runs of triggers and backfills go as asked."""
+    due_now = [p for p in sendable if p.reason == "rule" and p.send_time <= now]
+    blocked = blocking(now, windows) if windows and due_now else None
+    if blocked is None:
+        return []
+    if defer and blocked.ends is not None:
+        name, until = blocked.window.name, blocked.ends
+        return [RunDeferred(at=now, due=p.due, until=until, blackout=name) for p in due_now]
+    return [RunSkipped(at=now, due=p.due, reason=blocked.reason) for p in due_now]
+
+
+def at_send(
+    event: ScheduleEvent, now: datetime, windows: Sequence[Blackout], defer: bool
+) -> ScheduleEvent:
+    """A run decided now that would be sent at once, inside a window: skipped, or decided to
+    be sent when the blackout is over. Any other event as it is."""
+    if not isinstance(event, RunDecided) or event.held or not windows:
+        return event
+    send = event.due if event.send_at is None else event.send_at
+    blocked = blocking(now, windows) if send <= now else None
+    if blocked is None:
+        return event
+    if defer and blocked.ends is not None:
+        return replace(event, send_at=blocked.ends, blackout=blocked.window.name)
+    return RunSkipped(at=now, due=event.due, reason=blocked.reason)
+
+
+def deferred_to(pending: Iterable[PendingRun], windows: Sequence[Blackout]) -> set[datetime]:
+    """The ends of the blackouts a deferred run already waits for (one run per blackout)."""
+    return {
+        blocked.ends
+        for p in pending
+        if p.blackout is not None
+        and (blocked := blocking(p.due, windows)) is not None
+        and blocked.ends is not None
+    }
+
+
+def sent_at(pending: PendingRun, windows: Sequence[Blackout], *, defer: bool) -> datetime | None:
+    """When a decided run is sent (a trigger's or backfill's as asked, D9)."""
+    if pending.reason != "rule":
+        return pending.send_time
+    return send_moment(pending.send_time, windows, defer=defer)[0]
+
+
+__all__ = [
+    "Fate",
+    "at_send",
+    "deferred_to",
+    "fate",
+    "send_moment",
+    "send_now_or_later",
+    "sent_at",
+]

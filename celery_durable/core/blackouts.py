@@ -5,10 +5,13 @@ or ``Crontab`` start rule (R7 applies to that start) and stays open for a wall-c
 ``duration`` in the start's zone — or a fixed UTC range. A window covers ``[start, end)``:
 a due time at its start is inside, one at its end is not.
 
-What a schedule does with a due time inside a window is its ``on_blackout`` choice: skip it
-(recorded as skipped with the reason ``blackout <name>``) or defer it (one run, sent when the
-blackout ends). The aggregate asks :func:`blocking`; the global windows of the journal are
-passed in, as the clock is.
+What a schedule does with a run that would start inside a window is its ``on_blackout``
+choice: skip it (recorded as skipped with the reason ``blackout <name>``) or defer it (one
+run, sent when the blackout ends). The aggregate asks :func:`blocking`; the global windows of
+the journal are passed in, as the clock is. Beside this module: ``blackout_plan.py`` (the due
+time and the send moment are both checked: no run starts inside a window), ``blackout_text.py``
+(the text form the CLI and the admin read and show) and ``global_blackouts.py`` (the global
+windows' stream).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.ids import check_text, first_control
-from celery_durable.core.journal import NewEvent, StoredEvent
 from celery_durable.core.rules import Cron, Crontab, Daily, Weekly, rule_from_json
 from celery_durable.core.rules._base import UTC, _check_instant, _check_zone, _resolve, _zone
 from celery_durable.errors import InvalidSchedule
@@ -345,68 +347,12 @@ def windows_from_json(data: object) -> tuple[Blackout, ...]:
     return tuple(Blackout.from_json(item) for item in data)
 
 
-# The global windows: one stream of the journal -------------------------------------------
-
-GLOBAL_STREAM = "settings/blackouts"
-"""The journal stream of the global windows (a persistent contract, §9)."""
-
-SET_EVENT = "BlackoutsSet"
-"""Its one event type: the whole list as it is from then on (format ``"v": 1``)."""
-
-
-def set_event(
-    windows: Sequence[Blackout], at: datetime, by: str | None, reason: str | None
-) -> NewEvent:
-    """The event that makes ``windows`` the global list."""
-    data: dict[str, Any] = {"v": 1, "at": time_to_json(at), "blackouts": windows_to_json(windows)}
-    data.update({k: v for k, v in (("by", by), ("reason", reason)) if v is not None})
-    return NewEvent(type=SET_EVENT, data=data)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlackoutsChange:
-    """One change of the global windows: when, who and why (O5), and the list from then on."""
-
-    at: datetime
-    by: str | None
-    reason: str | None
-    windows: tuple[Blackout, ...]
-
-
-def changes_of(events: Sequence[StoredEvent]) -> list[BlackoutsChange]:
-    """The changes the ``BlackoutsSet`` events among ``events`` record, oldest first."""
-    return [
-        BlackoutsChange(
-            at=time_from_json(event.data["at"]),
-            by=event.data.get("by"),
-            reason=event.data.get("reason"),
-            windows=windows_from_json(event.data.get("blackouts")),
-        )
-        for event in events
-        if event.type == SET_EVENT
-    ]
-
-
-def global_windows(events: Sequence[StoredEvent]) -> tuple[Blackout, ...] | None:
-    """The list the newest ``BlackoutsSet`` among ``events`` holds; ``None`` when there is none."""
-    for event in reversed(events):
-        if event.type == SET_EVENT:
-            return windows_from_json(event.data.get("blackouts"))
-    return None
-
-
 __all__ = [
-    "GLOBAL_STREAM",
-    "SET_EVENT",
     "Blackout",
-    "BlackoutsChange",
     "Blocked",
     "OnBlackout",
     "blocking",
-    "changes_of",
     "check_windows",
-    "global_windows",
-    "set_event",
     "windows_from_json",
     "windows_to_json",
 ]

@@ -17,7 +17,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core import catchup
-from celery_durable.core.blackout_plan import fate, send_moment
+from celery_durable.core.blackout_plan import (
+    at_send,
+    deferred_to,
+    fate,
+    send_now_or_later,
+    sent_at,
+)
 from celery_durable.core.blackouts import Blackout, OnBlackout, blocking
 from celery_durable.core.codec import (
     canonical,
@@ -179,10 +185,10 @@ class ScheduleState:
             moment
             for p in self.pending
             if not p.held
-            and (moment := _sent_at(p, windows, defer)) is not None
+            and (moment := sent_at(p, windows, defer=defer)) is not None
             and (p.deadline is None or moment < p.deadline)
         ]
-        taken = _deferred_to(self.pending, windows)
+        taken = deferred_to(self.pending, windows)
         rule, timing = content.rule, content.timing
         due = self.next_due(live)
         for _ in range(NEXT_RUN_LOOKAHEAD):
@@ -291,24 +297,6 @@ class ScheduleState:
             ),
             running=tuple(time_from_json(t) for t in data.get("running", ())),
         )
-
-
-def _deferred_to(pending: Iterable[PendingRun], windows: tuple[Blackout, ...]) -> set[datetime]:
-    """P4: the ends of the blackouts a deferred run already waits for (one run per blackout)."""
-    return {
-        blocked.ends
-        for p in pending
-        if p.blackout is not None
-        and (blocked := blocking(p.due, windows)) is not None
-        and blocked.ends is not None
-    }
-
-
-def _sent_at(pending: PendingRun, windows: tuple[Blackout, ...], defer: bool) -> datetime | None:
-    """When a decided run is sent (P4: not inside a window; triggers and backfills are)."""
-    if pending.reason != "rule":
-        return pending.send_time
-    return send_moment(pending.send_time, windows, defer=defer)[0]
 
 
 def _optional_times(**moments: datetime | None) -> dict[str, str]:
@@ -638,50 +626,22 @@ def _decide_due(
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
-    held_back = _held_back(state, now, blackouts)
+    held_back = []
+    if state.content is not None and state.pending:
+        windows, defer = _windows(state.content, blackouts), _defers(state.content)
+        held_back = send_now_or_later(state.sendable(), now, windows, defer=defer)
     if held_back:
         state = fold_all(state, held_back)
     return [*missed, *held_back, *_decide_new(state, now, live, blackouts)]
 
 
-def _held_back(
-    state: ScheduleState, now: datetime, blackouts: tuple[Blackout, ...]
-) -> list[ScheduleEvent]:
-    """P4 at the send moment: decided runs that would be sent now, inside a window, are
-    skipped (``skip``) or wait until the blackout is over (``defer``)."""
-    content = state.content
-    if content is None or not state.pending:
-        return []
-    windows = _windows(content, blackouts)
-    sendable = [p for p in state.sendable() if p.reason == "rule" and p.send_time <= now]
-    blocked = blocking(now, windows) if windows and sendable else None
-    if blocked is None:
-        return []
-    if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
-        name, until = blocked.window.name, blocked.ends
-        return [RunDeferred(at=now, due=p.due, until=until, blackout=name) for p in sendable]
-    return [RunSkipped(at=now, due=p.due, reason=blocked.reason) for p in sendable]
-
-
-def _at_send(
-    event: ScheduleEvent, now: datetime, windows: tuple[Blackout, ...], defer: bool
-) -> ScheduleEvent:
-    """P4 at the send moment of a run decided now: one that would be sent at once, inside a
-    window, is skipped, or decided to be sent when the blackout is over."""
-    if not isinstance(event, RunDecided) or event.held or not windows:
-        return event
-    send = event.due if event.send_at is None else event.send_at
-    blocked = blocking(now, windows) if send <= now else None
-    if blocked is None:
-        return event
-    if defer and blocked.ends is not None:
-        return replace(event, send_at=blocked.ends, blackout=blocked.window.name)
-    return RunSkipped(at=now, due=event.due, reason=blocked.reason)
-
-
 def _windows(content: Content, blackouts: tuple[Blackout, ...]) -> tuple[Blackout, ...]:
     """The windows a schedule honours: its own first, then the global ones (P4)."""
     return (*content.blackouts, *blackouts) if content.blackouts else blackouts
+
+
+def _defers(content: Content) -> bool:
+    return content.on_blackout is OnBlackout.DEFER
 
 
 def _decide_new(
@@ -708,7 +668,7 @@ def _decide_new(
         if blocked is None:
             defer = content.on_blackout is OnBlackout.DEFER
             return [
-                _at_send(e, now, windows, defer)
+                at_send(e, now, windows, defer)
                 for e in _decided_or_missed(state, content, due, now)
             ]
         if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
@@ -740,23 +700,23 @@ def _decide_new(
     deadline = content.timing.start_deadline
     windows = _windows(content, blackouts)
     defer = content.on_blackout is OnBlackout.DEFER
-    deferred_to = _deferred_to(state.pending, windows)
+    waiting_ends = deferred_to(state.pending, windows)
     for due in runs:
         blocked = blocking(due, windows) if windows else None
         deferred: tuple[str, datetime] | None = None
         if blocked is not None:
-            if not defer or blocked.ends is None or blocked.ends in deferred_to:
+            if not defer or blocked.ends is None or blocked.ends in waiting_ends:
                 events.append(RunSkipped(at=now, due=due, reason=blocked.reason))
                 continue
             deferred = (blocked.window.name, blocked.ends)
-            deferred_to.add(blocked.ends)
+            waiting_ends.add(blocked.ends)
         if deadline is not None and due + deadline <= now:
             # A missed run keeps no slot busy: the next due time may still be sent.
             events.extend(_decided_or_missed(state, content, due, now, deferred))
             continue
         if content.overlap is Overlap.ALLOW or not busy:
             decided = _decided(state, content, due, now, "rule", deferred=deferred)
-            event = _at_send(decided, now, windows, defer)
+            event = at_send(decided, now, windows, defer)
             events.append(event)
             if isinstance(event, RunSkipped):
                 continue  # skipped at its send moment: it holds no slot
