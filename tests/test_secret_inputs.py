@@ -532,17 +532,19 @@ def test_the_cli_creates_schedules_with_secrets_and_never_prints_a_value(
 APP = "tests.e2e.secret_app"
 
 
+def e2e_env(tmp_path: Path, redis_url: str, sqlite_url: str) -> tuple[Path, dict[str, str]]:
+    """The folder the tasks write what they received to, and the processes' environment."""
+    received = tmp_path / "received"
+    received.mkdir()
+    env = {"E2E_BROKER": redis_url, "CELERY_DURABLE_URL": sqlite_url, "E2E_RECEIVED": str(received)}
+    return received, env
+
+
 def test_beat_and_worker_processes_never_show_the_values(
     tmp_path: Path, redis_url: str, sqlite_url: str
 ) -> None:
     plain_token, setting_token, durable_token = (f"{n}-{uuid.uuid4().hex}" for n in "psd")
-    received = tmp_path / "received"
-    received.mkdir()
-    base = {
-        "E2E_BROKER": redis_url,
-        "CELERY_DURABLE_URL": sqlite_url,
-        "E2E_RECEIVED": str(received),
-    }
+    received, base = e2e_env(tmp_path, redis_url, sqlite_url)
     shared = base | {"E2E_PLAIN_TOKEN": plain_token, "E2E_SETTING_TOKEN": setting_token}
     worker_env = shared | {"E2E_DURABLE_TOKEN": durable_token}  # beat does not have it
     setup = Durable(Celery("setup", set_as_current=False), sqlite_url)
@@ -641,14 +643,8 @@ def test_retries_debug_lines_inspect_and_failed_durable_starts_never_show_the_va
     the worker cannot read (D5: failed to start, logged once per run, the schedule goes
     on). Every captured output and the journal file are searched for the values."""
     token = f"t-{uuid.uuid4().hex}"
-    received = tmp_path / "received"
-    received.mkdir()
-    env = {
-        "E2E_BROKER": redis_url,
-        "CELERY_DURABLE_URL": sqlite_url,
-        "E2E_RECEIVED": str(received),
-        "E2E_PLAIN_TOKEN": token,
-    }
+    received, base = e2e_env(tmp_path, redis_url, sqlite_url)
+    env = base | {"E2E_PLAIN_TOKEN": token}
     setup = Durable(Celery("setup", set_as_current=False), sqlite_url)
     app = setup.app
     for name in ("secret.plain", "secret.flaky", "secret.slow"):

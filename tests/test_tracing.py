@@ -201,9 +201,8 @@ def test_untraced_without_a_provider_the_message_carries_no_trace_context(
         assert headers == {"a": 1}
 
 
-TICK_WITHOUT_OTEL = """
+BLOCK_OTEL = """
 import sys
-from datetime import datetime, timedelta, timezone
 
 class Block:
     def find_spec(self, name, path=None, target=None):
@@ -212,6 +211,12 @@ class Block:
         return None
 
 sys.meta_path.insert(0, Block())
+"""
+
+TICK_WITHOUT_OTEL = (
+    BLOCK_OTEL
+    + """
+from datetime import datetime, timedelta, timezone
 from celery import Celery
 from celery_durable import Durable, Every
 from celery_durable import tracing
@@ -242,17 +247,23 @@ else:
 durable.close()
 print("ok")
 """
+)
 
 
-def test_without_opentelemetry_nothing_is_imported_and_a_tick_runs(sqlite_url: str) -> None:
+def run_blocked(script: str, url: str) -> None:
+    """Run ``script`` in a fresh interpreter (OpenTelemetry blocked there); it prints ok."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TICK_WITHOUT_OTEL), sqlite_url],
+        [sys.executable, "-c", textwrap.dedent(script), url],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_without_opentelemetry_nothing_is_imported_and_a_tick_runs(sqlite_url: str) -> None:
+    run_blocked(TICK_WITHOUT_OTEL, sqlite_url)
 
 
 def test_every_kind_of_position_has_a_span_and_replay_marks_them(
@@ -379,16 +390,9 @@ def _tick() -> None:  # pragma: no cover - never consumed
     return None
 
 
-STEPS_WITHOUT_OTEL = """
-import sys
-
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "opentelemetry":
-            raise ImportError(f"blocked: {name}")
-        return None
-
-sys.meta_path.insert(0, Block())
+STEPS_WITHOUT_OTEL = (
+    BLOCK_OTEL
+    + """
 from celery import Celery
 from celery_durable import Durable, now, parallel, random, sleep, tracing, uuid4
 
@@ -412,16 +416,10 @@ assert not loaded, loaded
 durable.close()
 print("ok")
 """
+)
 
 
 def test_without_opentelemetry_nothing_is_imported_by_the_worker_and_step_path(
     sqlite_url: str,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(STEPS_WITHOUT_OTEL), sqlite_url],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    run_blocked(STEPS_WITHOUT_OTEL, sqlite_url)

@@ -94,27 +94,13 @@ def upcoming(view: Any, count: int) -> list[datetime]:
 def fates(view: Any, dues: list[datetime], global_windows: Any) -> list[Any]:
     """What becomes of each of ``dues`` under the schedule's own and the global windows
     (P4; jitter and start deadline considered, one run per blackout)."""
-    from celery_durable.core.blackout_plan import fate
+    from celery_durable.core.blackout_plan import fates as plan
     from celery_durable.core.blackouts import OnBlackout
 
-    windows = (*view.blackouts, *global_windows)
     defer = view.on_blackout is OnBlackout.DEFER
-    taken: set[datetime] = set()
-    found = []
-    for due in dues:
-        one = fate(
-            view.id,
-            due,
-            windows,
-            defer=defer,
-            jitter=view.jitter,
-            deadline=view.start_deadline,
-            taken=taken,
-        )
-        if one.deferred_to is not None:
-            taken.add(one.deferred_to)  # later due times inside this blackout are skipped
-        found.append(one)
-    return found
+    windows = (*view.blackouts, *global_windows)
+    timing = {"jitter": view.jitter, "deadline": view.start_deadline}
+    return list(plan(view.id, dues, windows, defer=defer, **timing))
 
 
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:

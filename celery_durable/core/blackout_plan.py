@@ -15,7 +15,7 @@ Triggers and backfills (D9) are an operator's explicit request and are not held 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -90,6 +90,28 @@ def fate(
     return Fate(due=due, starts=starts, blackout=name, deferred_to=deferred_to)
 
 
+def fates(
+    schedule_id: str,
+    dues: Iterable[datetime],
+    windows: Sequence[Blackout],
+    *,
+    defer: bool,
+    jitter: timedelta | None = None,
+    deadline: timedelta | None = None,
+    taken: Collection[datetime] = (),
+) -> Iterator[Fate]:
+    """:func:`fate` of each of ``dues`` in turn: a due time inside a blackout that an earlier
+    one was deferred out of is skipped (one run per blackout)."""
+    ends = set(taken)
+    for due in dues:
+        found = fate(
+            schedule_id, due, windows, defer=defer, jitter=jitter, deadline=deadline, taken=ends
+        )
+        if found.deferred_to is not None:
+            ends.add(found.deferred_to)
+        yield found
+
+
 def send_moment(
     moment: datetime, windows: Sequence[Blackout], *, defer: bool
 ) -> tuple[datetime | None, Blocked | None]:
@@ -161,6 +183,7 @@ __all__ = [
     "at_send",
     "deferred_to",
     "fate",
+    "fates",
     "send_moment",
     "send_now_or_later",
     "sent_at",

@@ -11,7 +11,7 @@ exceed the cursor, so a due time after it has never been decided and never will 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from celery_durable.core import catchup
 from celery_durable.core.blackout_plan import (
     at_send,
     deferred_to,
-    fate,
+    fates,
     send_now_or_later,
     sent_at,
 )
@@ -34,7 +34,7 @@ from celery_durable.core.codec import (
 )
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import Overlap, jitter_offset
-from celery_durable.core.rules import LiveSchedules, Once
+from celery_durable.core.rules import LiveSchedules, Once, Rule
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
@@ -188,28 +188,33 @@ class ScheduleState:
             and (moment := sent_at(p, windows, defer=defer)) is not None
             and (p.deadline is None or moment < p.deadline)
         ]
-        taken = deferred_to(self.pending, windows)
-        rule, timing = content.rule, content.timing
-        due = self.next_due(live)
-        for _ in range(NEXT_RUN_LOOKAHEAD):
-            if due is None or (moments and due >= min(moments)):
+        timing = content.timing
+        for found in fates(
+            self.schedule_id,
+            self._coming(content.rule, live),
+            windows,
+            defer=defer,
+            jitter=timing.jitter,
+            deadline=timing.start_deadline,
+            taken=deferred_to(self.pending, windows),
+        ):
+            if moments and found.due >= min(moments):
                 break
-            found = fate(
-                self.schedule_id,
-                due,
-                windows,
-                defer=defer,
-                jitter=timing.jitter,
-                deadline=timing.start_deadline,
-                taken=taken,
-            )
             if found.starts is not None:
                 moments.append(found.starts)
                 break
-            if isinstance(rule, Once):
-                break
-            due = rule.next_after(due, anchor=self.anchor, live=live)
         return min(moments, default=None)
+
+    def _coming(self, rule: Rule, live: LiveSchedules | None) -> Iterator[datetime]:
+        """The rule's next :data:`NEXT_RUN_LOOKAHEAD` due times from :meth:`next_due`."""
+        due = self.next_due(live)
+        for _ in range(NEXT_RUN_LOOKAHEAD):
+            if due is None:
+                return
+            yield due
+            if isinstance(rule, Once):
+                return
+            due = rule.next_after(due, anchor=self.anchor, live=live)
 
     def _budget_spent(self) -> bool:
         assert self.content is not None

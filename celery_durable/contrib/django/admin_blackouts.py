@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
+from celery_durable.contrib.django.forms import reason_field
 from celery_durable.core.blackout_text import FORMS, parse_window
 from celery_durable.errors import DurableError, InvalidSchedule
 
@@ -35,13 +36,7 @@ class GlobalBlackoutsForm(forms.Form):
         help_text=f"One per line: {FORMS}. Saving replaces the whole list.",
         widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "class": "vLargeTextField"}),
     )
-    reason = forms.CharField(
-        label="Reason",
-        required=False,
-        max_length=1000,
-        help_text="Optional: why, kept in the history with your user name (O5).",
-        widget=forms.TextInput(attrs={"size": 60}),
-    )
+    reason = reason_field("the history of the global windows")
 
     def clean_windows(self) -> list[Any]:
         lines = (self.cleaned_data.get("windows") or "").split("\n")
