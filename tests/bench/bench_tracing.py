@@ -14,18 +14,21 @@ Measured in the same run, the floor: a bare SDK span (start, one more attribute 
 with as many attributes as a step span, without celery_durable.
 
 Reports per-step wall time (median of the per-step latencies and the whole run per step) and
-the process's CPU seconds per run (the batch processor's thread included), and the ratios
-on/off. Target: on/off <= 1.10 (docs/tracing.md).
+the process's CPU seconds per run (the batch processor's thread included), the spread of the
+CPU figures (lowest and highest run), the garbage collections per run, and the ratios on/off.
+Target: on/off <= 1.10 (docs/tracing.md). ``--no-gc`` turns Python's collector off during the
+runs, to tell the spans' own cost from the collections their queued objects cause.
 
 Usage::
 
-    python tests/bench/bench_tracing.py [--steps 1000] [--reps 5]
+    python tests/bench/bench_tracing.py [--steps 1000] [--reps 5] [--no-gc]
         [--backends sqlite_full sqlite_normal postgres]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -63,15 +66,22 @@ class Dropping(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def one_run(task: Any, latencies: list[float], steps: int) -> dict[str, float]:
+def one_run(task: Any, latencies: list[float], steps: int, collect: bool) -> dict[str, float]:
     latencies.clear()
+    if not collect:
+        gc.disable()
+    collections = sum(g["collections"] for g in gc.get_stats())
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    task.apply((steps,), task_id=f"run-{uuid.uuid4()}").get()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    try:
+        task.apply((steps,), task_id=f"run-{uuid.uuid4()}").get()
+    finally:
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        gc.enable()
     return {
         "step_median_us": statistics.median(latencies) * 1e6,
         "wall_per_step_us": wall / steps * 1e6,
         "cpu_per_step_us": cpu / steps * 1e6,
+        "gc_runs": sum(g["collections"] for g in gc.get_stats()) - collections,
         "wall_s": wall,
         "cpu_s": cpu,
     }
@@ -91,7 +101,7 @@ def sdk_floor(provider: Any, n: int) -> dict[str, float]:
 
 
 def bench_backend(
-    url: str, synchronous: str, steps: int, reps: int
+    url: str, synchronous: str, steps: int, reps: int, collect: bool = True
 ) -> dict[str, list[dict[str, float]]]:
     durable, task, _crash, latencies = build_app(url, synchronous)
     exporter = Dropping()
@@ -104,7 +114,7 @@ def bench_backend(
         rows["floor"].append(sdk_floor(provider, steps))
         for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
             tracing.use_tracer_provider(provider if mode == "on" else None)
-            row = one_run(task, latencies, steps)
+            row = one_run(task, latencies, steps, collect)
             if mode == "on":
                 processor.force_flush()
             rows[mode].append(row)
@@ -122,28 +132,45 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pg-url", default=os.environ.get("CELERY_DURABLE_TEST_PG_URL", DEFAULT_PG))
     ap.add_argument("--backends", nargs="+", default=["sqlite_full", "sqlite_normal", "postgres"])
+    ap.add_argument("--no-gc", action="store_true", help="Python's collector off during runs")
     a = ap.parse_args()
+    collect = not a.no_gc
     directory = tempfile.mkdtemp(prefix="bench_tracing_")
     print(f"{'backend':14s} {'metric':18s} {'off':>9s} {'on':>9s} {'on/off':>7s}")
     for kind in a.backends:
         if kind == "postgres":
             url, schema = fresh_pg_schema(a.pg_url)
             try:
-                rows = bench_backend(url, "FULL", a.steps, a.reps)
+                rows = bench_backend(url, "FULL", a.steps, a.reps, collect)
             finally:
                 drop_pg_schema(a.pg_url, schema)
         else:
             url = f"sqlite:///{os.path.join(directory, kind + '.db')}"
             synchronous = "NORMAL" if kind == "sqlite_normal" else "FULL"
-            rows = bench_backend(url, synchronous, a.steps, a.reps)
-        for metric in ("step_median_us", "wall_per_step_us", "cpu_per_step_us"):
+            rows = bench_backend(url, synchronous, a.steps, a.reps, collect)
+        for metric in ("step_median_us", "wall_per_step_us", "cpu_per_step_us", "gc_runs"):
             off = statistics.median(r[metric] for r in rows["off"])
             on = statistics.median(r[metric] for r in rows["on"])
-            print(f"{kind:14s} {metric:18s} {off:9.1f} {on:9.1f} {on / off:7.3f}")
+            ratio = f"{on / off:7.3f}" if off else "      -"
+            print(f"{kind:14s} {metric:18s} {off:9.1f} {on:9.1f} {ratio}")
+        spread = {
+            mode: (
+                min(r["cpu_per_step_us"] for r in rows[mode]),
+                max(r["cpu_per_step_us"] for r in rows[mode]),
+            )
+            for mode in ("off", "on")
+        }
+        print(
+            f"{kind:14s} cpu spread (µs/step): off {spread['off'][0]:.1f}-{spread['off'][1]:.1f},"
+            f" on {spread['on'][0]:.1f}-{spread['on'][1]:.1f}"
+        )
         floor_wall = statistics.median(r["wall_per_span_us"] for r in rows["floor"])
         floor_cpu = statistics.median(r["cpu_per_span_us"] for r in rows["floor"])
         print(f"{kind:14s} bare SDK span: {floor_wall:.1f} µs wall, {floor_cpu:.1f} µs CPU")
-    print(f"(medians of {a.reps} alternating repetitions of a {a.steps}-step run; µs per step)")
+    note = "; collector off" if a.no_gc else ""
+    print(
+        f"(medians of {a.reps} alternating repetitions of a {a.steps}-step run; µs per step{note})"
+    )
 
 
 if __name__ == "__main__":
