@@ -527,6 +527,46 @@ def test_the_cli_creates_schedules_with_secrets_and_never_prints_a_value(
         assert "cli-value-3c3c" not in text
 
 
+def test_the_masking_pieces_each_show_references_only(app: Celery, durable: Durable) -> None:
+    """P5 in one process: the retry receiver puts the shown arguments back, the pool's debug
+    line is hidden, a worker request answers with the references; the publish fast path
+    (D12) stays on with the receiver connected (it never sees such messages)."""
+    from celery_durable.dispatch.fast_publish import FastPath
+    from celery_durable.message import SHOWN_ARGS_HEADER
+    from celery_durable.worker.secret_masking import (
+        HIDDEN,
+        HideSecretArguments,
+        restore_shown_args,
+        shown_info,
+    )
+
+    shown = {"argsrepr": "[Secret('env:X')]", "kwargsrepr": "{}"}
+    headers: dict[str, Any] = {"argsrepr": "['value-1']", SHOWN_ARGS_HEADER: shown}
+    restore_shown_args(headers=headers)
+    assert headers["argsrepr"] == "[Secret('env:X')]"
+    plain = {"argsrepr": "['public']"}
+    restore_shown_args(headers=plain)
+    assert plain == {"argsrepr": "['public']"}
+    raw = f"('t', 'id', {{'{SHOWN_ARGS_HEADER}': {{}}}}, b'[[\"value-1\"]')"
+    record = logging.LogRecord(
+        "celery.pool", logging.DEBUG, __file__, 1,
+        "TaskPool: Apply %s (args:%s kwargs:%s)", (len, raw, "{}"), None,
+    )  # fmt: skip
+    assert HideSecretArguments().filter(record)
+    assert "value-1" not in record.getMessage() and HIDDEN in record.getMessage()
+
+    class Request:
+        request_dict = {SHOWN_ARGS_HEADER: shown}
+
+        def info(self, safe: bool = False) -> dict[str, Any]:
+            return {"id": "r", "args": ["value-1"], "kwargs": {}}
+
+    assert shown_info(Request.info)(Request()) == {
+        "id": "r", "args": "[Secret('env:X')]", "kwargs": "{}"
+    }  # fmt: skip
+    assert FastPath(app).usable()  # the Durable above connected the receiver
+
+
 # -- real beat and worker processes -------------------------------------------------------------
 
 APP = "tests.e2e.secret_app"

@@ -47,11 +47,12 @@ _installed = False
 
 def restore_shown_args(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """``before_task_publish``: a message with the header shows its references again."""
-    shown = (headers or {}).get(SHOWN_ARGS_HEADER)
-    if isinstance(shown, dict):
-        for key in ("argsrepr", "kwargsrepr"):
-            if isinstance(shown.get(key), str):
-                headers[key] = shown[key]  # type: ignore[index]
+    shown = None if headers is None else headers.get(SHOWN_ARGS_HEADER)
+    if headers is None or not isinstance(shown, dict):
+        return
+    for key in ("argsrepr", "kwargsrepr"):
+        if isinstance(shown.get(key), str):
+            headers[key] = shown[key]
 
 
 class HideSecretArguments(logging.Filter):
