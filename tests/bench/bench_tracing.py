@@ -10,8 +10,11 @@ The durable task of ``bench_steps.py`` (a body of ``--steps`` journaled steps, r
   whose exporter drops the spans, so the figure is the library's and the SDK's cost, not a
   collector's; one span per step.
 
-Measured in the same run, the floor: a bare SDK span (start, one more attribute call, end)
-with as many attributes as a step span, without celery_durable.
+Measured in the same run, two floors: a bare SDK span (start, end) with as many attributes as a
+step span, without celery_durable, in a loop of its own; and ``bare``, the step loop with
+tracing off and such a span made around each step with the SDK's own idiom
+(``start_as_current_span``: current while the step runs, as ours is) -- the SDK's cost in situ,
+against which ``on`` shows celery_durable's own part.
 
 Reports per-step wall time (median of the per-step latencies and the whole run per step) and
 the process's CPU seconds per run (the batch processor's thread included), the spread of the
@@ -93,35 +96,53 @@ def sdk_floor(provider: Any, n: int) -> dict[str, float]:
     attributes = {"a": "fetch", "b": "step", "c": "run-1", "d": 0}
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for i in range(n):
-        span = tracer.start_span("floor", attributes=attributes)
-        span.set_attributes({"e": 1, "f": bool(i & 1)})
+        span = tracer.start_span("floor", attributes={**attributes, "e": 1, "f": bool(i & 1)})
         span.end()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     return {"wall_per_span_us": wall / n * 1e6, "cpu_per_span_us": cpu / n * 1e6}
 
 
+def bare_span(provider: Any) -> Any:
+    """``around`` for the in-situ floor: the SDK's own idiom, ``start_as_current_span``, with a
+    step span's attributes, around the untraced step."""
+    tracer = provider.get_tracer("bare")
+
+    def span(i: int) -> Any:
+        return tracer.start_as_current_span(
+            "bare",
+            attributes={"a": "work", "b": "step", "c": "run-1", "d": i, "e": 1, "f": False},
+        )
+
+    return span
+
+
 def bench_backend(
     url: str, synchronous: str, steps: int, reps: int, collect: bool = True
 ) -> dict[str, list[dict[str, float]]]:
-    durable, task, _crash, latencies = build_app(url, synchronous)
+    around: dict[str, Any] = {}
+    durable, task, _crash, latencies = build_app(url, synchronous, around)
     exporter = Dropping()
     provider = TracerProvider()
     processor = BatchSpanProcessor(exporter, max_queue_size=max(4096, steps * 2))
     provider.add_span_processor(processor)
     task.apply((50,), task_id=f"warm-{uuid.uuid4()}").get()
-    rows: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "floor": []}
+    rows: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "bare": [], "floor": []}
+    hand_made = bare_span(provider)
     for rep in range(reps):
         rows["floor"].append(sdk_floor(provider, steps))
-        for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+        modes = ("off", "on", "bare")
+        for mode in modes if rep % 2 == 0 else modes[::-1]:
             tracing.use_tracer_provider(provider if mode == "on" else None)
+            around["span"] = hand_made if mode == "bare" else None
             row = one_run(task, latencies, steps, collect)
-            if mode == "on":
+            if mode != "off":
                 processor.force_flush()
             rows[mode].append(row)
+    around["span"] = None
     tracing.use_tracer_provider(None)
     provider.shutdown()
     durable.close()
-    expected = reps * steps
+    expected = 2 * reps * steps
     assert exporter.count >= expected, f"{exporter.count} spans for {expected} traced steps"
     return rows
 
@@ -136,7 +157,7 @@ def main() -> None:
     a = ap.parse_args()
     collect = not a.no_gc
     directory = tempfile.mkdtemp(prefix="bench_tracing_")
-    print(f"{'backend':14s} {'metric':18s} {'off':>9s} {'on':>9s} {'on/off':>7s}")
+    print(f"{'backend':14s} {'metric':18s} {'off':>9s} {'on':>9s} {'on/off':>7s} {'bare':>9s}")
     for kind in a.backends:
         if kind == "postgres":
             url, schema = fresh_pg_schema(a.pg_url)
@@ -149,10 +170,11 @@ def main() -> None:
             synchronous = "NORMAL" if kind == "sqlite_normal" else "FULL"
             rows = bench_backend(url, synchronous, a.steps, a.reps, collect)
         for metric in ("step_median_us", "wall_per_step_us", "cpu_per_step_us", "gc_runs"):
-            off = statistics.median(r[metric] for r in rows["off"])
-            on = statistics.median(r[metric] for r in rows["on"])
+            off, on, bare = (
+                statistics.median(r[metric] for r in rows[mode]) for mode in ("off", "on", "bare")
+            )
             ratio = f"{on / off:7.3f}" if off else "      -"
-            print(f"{kind:14s} {metric:18s} {off:9.1f} {on:9.1f} {ratio}")
+            print(f"{kind:14s} {metric:18s} {off:9.1f} {on:9.1f} {ratio} {bare:9.1f}")
         spread = {
             mode: (
                 min(r["cpu_per_step_us"] for r in rows[mode]),
