@@ -19,7 +19,7 @@ from celery_durable.beat_import import (
     import_entries,
     summary,
 )
-from celery_durable.blackouts import from_setting, import_setting
+from celery_durable.blackouts import import_setting
 from celery_durable.config import ConfigError, journal_url, url_setting
 from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
@@ -69,8 +69,8 @@ class DurableScheduler(Scheduler):
         URL and the engine options; it connects to nothing.
         """
         try:
+            runtime.config  # noqa: B018 - read for its checks (durable_blackouts too, P4)
             runtime.journal  # noqa: B018 - built for its checks
-            from_setting(self.app.conf.get("durable_blackouts"))  # P4: refused windows
         except JournalUnavailable:
             raise
         except ConfigError as exc:

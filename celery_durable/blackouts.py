@@ -1,24 +1,26 @@
 """``durable.blackouts``: the blackout windows every schedule honours (P4), kept in the journal.
 
 The global list is the stream ``settings/blackouts``; each ``BlackoutsSet`` event holds the
-whole list from then on. Any process may set it; a running dispatcher reads the stream again
-at most every :data:`WATCH_INTERVAL`, so a change is honoured within about a second.
-``durable_blackouts`` in the app's settings is brought into the journal when beat starts
-(:func:`import_setting`), as ``beat_schedule`` is.
+whole list from then on. Any process may set it; a running dispatcher reads what was appended
+to the stream since its last read each time it is about to decide or send a run (one indexed
+read of a short stream), so a window stored before that moment is honoured.
+``durable_blackouts`` in the app's settings (``DurableConfig.blackouts``) is brought into the
+journal when beat starts (:func:`import_setting`), as ``beat_schedule`` is.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from celery_durable.core.audit import check_audit
-from celery_durable.core.blackouts import (
+from celery_durable.core.blackouts import Blackout, check_windows
+from celery_durable.core.global_blackouts import (
     GLOBAL_STREAM,
-    Blackout,
-    check_windows,
+    BlackoutsChange,
+    changes_of,
     global_windows,
     set_event,
 )
@@ -30,9 +32,6 @@ if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
 log = logging.getLogger("celery_durable.blackouts")
-
-WATCH_INTERVAL = timedelta(seconds=1)
-"""How often a dispatcher reads the global windows again (P4: seen within ~1 s)."""
 
 SETTING = "durable_blackouts"
 
@@ -78,6 +77,10 @@ class GlobalBlackouts:
 
         return retry_on_conflict(attempt, what="the global blackout windows")
 
+    def history(self) -> list[BlackoutsChange]:
+        """Every change of the global windows, newest first: when, who, why (O5), the list."""
+        return changes_of(self._runtime.journal.read_stream(GLOBAL_STREAM))[::-1]
+
     def clear(self, *, by: str | None = None, reason: str | None = None) -> bool:
         """Remove every global window; ``False`` when there was none."""
         if not self.get():
@@ -86,52 +89,34 @@ class GlobalBlackouts:
 
 
 class BlackoutWatch:
-    """The dispatcher's copy of the global windows, read again at most every second."""
+    """The dispatcher's copy of the global windows, brought up to date before each decision."""
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._version = 0
         self._windows: tuple[Blackout, ...] = ()
-        self._next_read: datetime | None = None
 
     def current(self, now: datetime) -> tuple[Blackout, ...]:
-        """The global windows as of the last read (reading again once a second has passed)."""
-        due = self._next_read
-        if due is None or now >= due or now < due - WATCH_INTERVAL:  # a clock set back: read
-            self.read(now)
-        return self._windows
-
-    def read(self, now: datetime) -> None:
-        """Fold the events stored since the last read."""
+        """The global windows as the journal holds them now (the events stored since the
+        last call are read and folded; none stored: one read that finds nothing)."""
         tail = self._journal.read_stream(GLOBAL_STREAM, after_version=self._version)
-        if tail:
-            self._version = tail[-1].version
-            try:
-                found = global_windows(tail)
-            except InvalidSchedule as exc:  # written by a newer version: keep what we had
-                log.error("cannot read the global blackout windows: %s", exc)
-                found = None
-            if found is not None:
-                if found != self._windows:
-                    log.info("global blackout windows: %s", _names(found))
-                self._windows = found
-        self._next_read = now + WATCH_INTERVAL
+        if not tail:
+            return self._windows
+        self._version = tail[-1].version
+        try:
+            found = global_windows(tail)
+        except InvalidSchedule as exc:  # written by a newer version: keep what we had
+            log.error("cannot read the global blackout windows: %s", exc)
+            found = None
+        if found is not None:
+            if found != self._windows:
+                log.info("global blackout windows: %s", _names(found))
+            self._windows = found
+        return self._windows
 
 
 def _names(windows: tuple[Blackout, ...]) -> str:
     return ", ".join(w.name for w in windows) or "none"
-
-
-def from_setting(value: Any) -> tuple[Blackout, ...] | None:
-    """``durable_blackouts``: ``None`` (unset) or a list of ``Blackout``; ``ConfigError``."""
-    if value is None:
-        return None
-    from celery_durable.config import ConfigError
-
-    try:
-        return check_windows(value, SETTING)
-    except InvalidSchedule as exc:
-        raise ConfigError(str(exc)) from None  # the message names the setting
 
 
 def import_setting(runtime: Runtime) -> bool:
@@ -139,8 +124,9 @@ def import_setting(runtime: Runtime) -> bool:
 
     Unset, the journal's list is left as it is (managed with ``durable.blackouts`` and the
     CLI). Set, it replaces the journal's list, as ``beat_schedule`` entries replace theirs.
+    The setting is read and checked with the others (``DurableConfig.blackouts``).
     """
-    windows = from_setting(runtime.app.conf.get(SETTING))
+    windows = runtime.config.blackouts
     if windows is None:
         return False
     changed = GlobalBlackouts(runtime).set(windows, by="beat", reason=f"{SETTING} setting")
@@ -149,4 +135,4 @@ def import_setting(runtime: Runtime) -> bool:
     return changed
 
 
-__all__ = ["WATCH_INTERVAL", "BlackoutWatch", "GlobalBlackouts", "from_setting", "import_setting"]
+__all__ = ["SETTING", "BlackoutWatch", "GlobalBlackouts", "import_setting"]

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from celery_durable.core.blackouts import Blackout, check_windows
 from celery_durable.core.codec import DEFAULT_MAX_INPUT_BYTES
-from celery_durable.errors import DurableError
+from celery_durable.errors import DurableError, InvalidSchedule
 
 DEFAULT_URL = "sqlite:///celery_durable.db"
 
@@ -57,6 +58,10 @@ class DurableConfig:
     partitions: int | None = None
     """``durable_partitions``: the journal's partition count (D10); ``None`` when the app does
     not say, and then the count stored in the journal applies (1 on a new journal)."""
+    blackouts: tuple[Blackout, ...] | None = None
+    """``durable_blackouts``: blackout windows for every schedule (P4), brought into the
+    journal when beat starts; ``None`` when the app does not set it (the journal's list then
+    stays as it is, managed with ``durable.blackouts`` and the CLI)."""
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     """``durable_engine_options``: keyword arguments for SQLAlchemy's ``create_engine``
     (``pool_size``, ``pool_recycle``, ``connect_args`` …), over the library's defaults
@@ -103,6 +108,7 @@ class DurableConfig:
             prune_interval=_positive(conf, "durable_prune_interval", 300.0),
             prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
             partitions=_partitions(conf.get("durable_partitions")),
+            blackouts=_blackouts(conf.get("durable_blackouts")),
             engine_options=_engine_options(conf.get("durable_engine_options")),
         )
 
@@ -185,6 +191,16 @@ def _partitions(value: Any) -> int | None:
         return check_partitions(value)
     except PartitionsError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _blackouts(value: Any) -> tuple[Blackout, ...] | None:
+    """``durable_blackouts``: a list of :class:`~celery_durable.Blackout` windows, or unset."""
+    if value is None:
+        return None
+    try:
+        return check_windows(value, "durable_blackouts")
+    except InvalidSchedule as exc:
+        raise ConfigError(str(exc)) from None  # the message names the setting
 
 
 def _engine_options(value: Any) -> Mapping[str, Any]:

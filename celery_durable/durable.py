@@ -18,6 +18,7 @@ from celery_durable.runtime import Clock, Runtime
 from celery_durable.schedules import Schedules, ScheduleStore
 from celery_durable.store.stores import AnyIndex, AnyJournal, AnyRunTable, AnyStore
 from celery_durable.worker import run_ends as ends
+from celery_durable.worker import secret_masking
 
 if TYPE_CHECKING:
     from celery_durable.core.children import ChildHandle
@@ -66,6 +67,7 @@ class Durable:
         with _BY_APP_LOCK:
             _BY_APP.setdefault(app, self)
         ends.install()
+        secret_masking.install()  # P5: retries and debug lines show references only
         install_report_filter()
 
     @classmethod

@@ -42,6 +42,7 @@ from celery_durable.core.secrets import (
     resolve_secrets,
     resolve_value,
 )
+from celery_durable.errors import SecretUnavailable
 
 SCHEDULE_HEADER = "durable_schedule"
 """The schedule ID of a scheduled run's message."""
@@ -58,6 +59,14 @@ OWNER_HEADER = "durable_owner"
 """Message header naming the claim a re-sent delivery takes over (its own, from before)."""
 PARENT_HEADER = "durable_parent"
 """Message header of a child run (W10): its parent's run ID, stored in its ``RunStarted``."""
+SHOWN_ARGS_HEADER = "durable_shown_args"
+"""A plain run whose arguments hold secret values (P5): ``{"argsrepr": …, "kwargsrepr": …}``,
+the arguments as Celery may show them (the references). Celery keeps custom headers on a
+retry but recomputes ``argsrepr``/``kwargsrepr`` from the values; the worker puts these back
+(:mod:`celery_durable.worker.secret_masking`), and hides a debug line that would print the
+raw message."""
+SHOWN_ARGS_RECEIVER = "celery_durable.secret_masking"
+"""The ``dispatch_uid`` of the ``before_task_publish`` receiver that restores them."""
 
 STR_OPTIONS = ("queue", "routing_key", "exchange")
 """Schedule options that are routing names."""
@@ -217,6 +226,20 @@ def decode_args(args: tuple[Any, ...] | list[Any], lookup: Lookup | None = None)
     )
 
 
+def unreadable_secret(
+    args: tuple[Any, ...] | list[Any], lookup: Lookup
+) -> SecretUnavailable | None:
+    """The first secret reference of a durable task's ``ScheduledRun`` that ``lookup`` cannot
+    read (the values read are dropped at once), else ``None`` (P5: checked before the body)."""
+    for arg in args:
+        if isinstance(arg, dict) and SCHEDULED_RUN_TAG in arg and arg.get("secrets"):
+            try:
+                resolve_secrets(arg.get("input"), lookup)
+            except SecretUnavailable as exc:
+                return exc
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """What is sent for one run: positional and keyword arguments, options, headers."""
@@ -352,8 +375,9 @@ def run_message(
     if marked and secrets is not None:  # P5: read when the message is built
         # Celery shows argsrepr/kwargsrepr (worker logs, events, Flower) instead of the
         # arguments: those show the references.
-        send_options["argsrepr"] = repr(decode_secrets(args))
-        send_options["kwargsrepr"] = repr(decode_secrets(kwargs))
+        shown = {"argsrepr": repr(decode_secrets(args)), "kwargsrepr": repr(decode_secrets(kwargs))}
+        send_options.update(shown)
+        headers[SHOWN_ARGS_HEADER] = shown  # kept by Celery on a retry
         args, kwargs = resolve_secrets(args, secrets), resolve_secrets(kwargs, secrets)
     return Message(args, kwargs, send_options, headers)
 

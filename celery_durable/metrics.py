@@ -7,7 +7,8 @@ name                                        type       labels      what
 ==========================================  =========  ==========  ===========================
 ``celery_durable_runs_decided_total``       counter    schedule    decisions stored
 ``celery_durable_runs_started_total``       counter    schedule    runs enqueued
-``celery_durable_runs_skipped_total``       counter    schedule    due times skipped (overlap)
+``celery_durable_runs_skipped_total``       counter    schedule,   due times skipped: ``overlap``
+                                                       reason      (D7) or ``blackout`` (P4)
 ``celery_durable_runs_failed_to_start_total`` counter  schedule    runs that can never be sent
 ``celery_durable_runs_missed_total``        counter    schedule    due times dropped by catch-up
 ``celery_durable_runs_late_total``          counter    schedule    runs decided late (O4)
@@ -115,8 +116,10 @@ class DurableMetrics:
         if lag is not None:
             self.lag.observe(max(0.0, float(lag)))
 
-    def on_skipped(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
-        self.skipped.labels(schedule=schedule).inc()
+    def on_skipped(
+        self, sender: Any = None, schedule: str = "", reason: str = "", **_: Any
+    ) -> None:
+        self.skipped.labels(schedule=schedule, reason=skip_kind(reason)).inc()
 
     def on_failed_to_start(self, sender: Any = None, schedule: str = "", **_: Any) -> None:
         self.failed_to_start.labels(schedule=schedule).inc()
@@ -287,6 +290,13 @@ class _HealthCollector(_ScrapedCollector):
         )
 
 
+def skip_kind(reason: str) -> str:
+    """The ``reason`` label of a skipped due time: ``blackout`` (P4: the stored reason is
+    ``blackout <name>``; the name stays out of the label, whose values stay few) or
+    ``overlap`` (D7)."""
+    return "blackout" if reason.startswith("blackout") else "overlap"
+
+
 def install_metrics(
     registry: Any = None, *, durable: Durable | None = None, gauge_ttl: float = 30.0
 ) -> DurableMetrics:
@@ -318,8 +328,9 @@ def install_metrics(
                 ),
                 skipped=counter(
                     "celery_durable_runs_skipped",
-                    "Due times skipped by the overlap policy.",
-                    labels,
+                    "Due times skipped: by the overlap policy (reason=overlap) or a blackout "
+                    "window (reason=blackout).",
+                    ["schedule", "reason"],
                     registry=registry,
                 ),
                 failed_to_start=counter(

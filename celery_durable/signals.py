@@ -6,7 +6,8 @@ arguments; a receiver that raises is logged and does not disturb the dispatcher.
 - ``run_decided``: ``schedule``, ``run_id``, ``due``, ``lag`` (seconds from due to decision),
   ``reason`` (``rule``, ``backfill``, ``trigger``)
 - ``run_started``: ``schedule``, ``run_id``, ``due``, ``lag`` (seconds from due to enqueue)
-- ``run_skipped``: ``schedule``, ``run_id``, ``due``, ``reason``
+- ``run_skipped``: ``schedule``, ``run_id``, ``due``, ``reason`` (``overlap``, or ``blackout
+  <name>`` for a due time or a send moment inside a blackout window, P4)
 - ``run_failed_to_start``: ``schedule``, ``run_id``, ``due``, ``error``
 - ``run_late``: ``schedule``, ``run_id``, ``due``, ``lateness`` (seconds from due to decision):
   a run the rule made due, decided more than ``durable_late_after`` after its due time (O4)
@@ -62,6 +63,7 @@ def announce(
     """
     from celery_durable.core.schedule_events import (
         RunDecided,
+        RunDeferred,
         RunFailedToStart,
         RunMissed,
         RunSent,
@@ -92,6 +94,12 @@ def announce(
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
         log.info("skipped run %r: %s", fields["run_id"], event.reason, extra=fields)
         run_skipped.send(sender=sender, reason=event.reason, **fields)
+    elif isinstance(event, RunDeferred):
+        fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
+        log.info(
+            "run %r waits until %s: its send moment fell inside blackout %s",
+            fields["run_id"], time_to_json(event.until), event.blackout, extra=fields,
+        )  # fmt: skip
     elif isinstance(event, RunFailedToStart):
         fields = {"schedule": sid, "run_id": run_id(sid, event.due), "due": event.due}
         run_failed_to_start.send(sender=sender, error=event.error, **fields)

@@ -35,7 +35,9 @@ DECIDE_SPAN = "celery_durable.decide"
 SEND_SPAN = "celery_durable.send"
 """Name of the span of one run's message handed to the broker (S2)."""
 STEP_SPAN = "celery_durable.step"
-"""Name of the span of one durable step: replayed from the journal or run (W2, W3)."""
+"""Name of the span of one position of a durable run: a step, replayed from the journal or
+run (W2, W3), or ``now``, ``uuid4``, ``random``, ``sleep``, a signal wait, a parallel call,
+a branch, a child run (W4, W9, W10); ``celery_durable.step.kind`` says which."""
 
 SCHEDULE = "celery_durable.schedule"
 RUN_ID = "celery_durable.run_id"
@@ -45,6 +47,11 @@ DUE = "celery_durable.due"
 LATENESS = "celery_durable.lateness"
 """Seconds from the due time to the decision (or to the send)."""
 REASON = "celery_durable.reason"
+"""A decision's reason: ``rule``, ``backfill``, ``trigger``; a skip's: ``overlap`` or
+``blackout <name>`` (P4)."""
+OUTCOME = "celery_durable.outcome"
+"""What a decision span decided: ``decided``, ``deferred`` (P4: sent when a blackout is over)
+or ``skipped`` (D7, P4)."""
 STEP_NAME = "celery_durable.step.name"
 STEP_KIND = "celery_durable.step.kind"
 POSITION = "celery_durable.step.position"
@@ -131,32 +138,45 @@ def started() -> int:
 def decided(
     tracer: Any, decisions: Mapping[str, tuple[list[ScheduleEvent], Any]], began: int
 ) -> None:
-    """One span per run decided in a stored round, from ``began`` to now.
+    """One span per due time settled in a stored round, from ``began`` to now: a decided run
+    (its send span will be its child), and a due time skipped (overlap, D7; blackout, P4) or
+    whose send a blackout defers, with the outcome.
 
     ``decisions`` maps a schedule ID to its stored events (and the state after them). The
-    spans are remembered by run ID so that the run's send span is their child.
+    spans of decided runs are remembered by run ID so that the run's send span is their child.
     """
-    from celery_durable.core.schedule_events import RunDecided
+    from celery_durable.core.ids import run_id
+    from celery_durable.core.schedule_events import RunDecided, RunDeferred, RunSkipped
 
     keep = _STATE.decided
+    attributes: dict[str, Any]
     for sid, (events, _state) in decisions.items():
         for event in events:
-            if not isinstance(event, RunDecided):
-                continue
-            span = tracer.start_span(
-                DECIDE_SPAN,
-                start_time=began,
-                attributes={
-                    SCHEDULE: sid,
+            if isinstance(event, RunDecided):
+                outcome = "decided" if event.blackout is None else "deferred"
+                attributes = {
                     RUN_ID: event.run_id,
                     TASK: event.task,
-                    DUE: format_due(event.due),
-                    LATENESS: (event.at - event.due).total_seconds(),
                     REASON: event.reason,
-                },
-            )
+                }
+            elif isinstance(event, RunSkipped):
+                outcome = "skipped"
+                attributes = {RUN_ID: run_id(sid, event.due), REASON: event.reason}
+            elif isinstance(event, RunDeferred):
+                outcome = "deferred"
+                attributes = {RUN_ID: run_id(sid, event.due), REASON: f"blackout {event.blackout}"}
+            else:
+                continue
+            attributes |= {
+                SCHEDULE: sid,
+                DUE: format_due(event.due),
+                LATENESS: (event.at - event.due).total_seconds(),
+                OUTCOME: outcome,
+            }
+            span = tracer.start_span(DECIDE_SPAN, start_time=began, attributes=attributes)
             span.end()
-            keep[event.run_id] = span.get_span_context()
+            if isinstance(event, RunDecided):
+                keep[event.run_id] = span.get_span_context()
     while len(keep) > KEEP_DECIDED:
         keep.popitem(last=False)
 
@@ -228,25 +248,47 @@ def inject_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class StepSpan:
-    """The span of one durable step, a child of the current (the task's) span, current
-    while the step runs (spans the function makes are its children).
+def attempt_of(record: Any) -> tuple[int, bool]:
+    """The attempt a position starts at and whether the journal answers it (replayed): from
+    what the journal holds there (``None``: nothing yet, the first attempt runs)."""
+    if record is None:
+        return 1, False
+    status = record.status
+    if status == "completed":  # the attempts that failed before the one that succeeded
+        return record.attempts + 1, True
+    if status == "failed":
+        return max(record.attempts, 1), True
+    if status == "timed_out":
+        return 1, True
+    return record.attempts + 1, False
 
-    Made at the step's position (the run's next one); the step loop marks it with
-    :func:`mark_step` once it knows whether the step is replayed or run. A class rather than
-    a generator, and every attribute known at the start given at once: it is made per step.
+
+class StepSpan:
+    """The span of one position of a durable run — a step, or ``now``, ``sleep``, a signal
+    wait, a parallel call, a child run — a child of the current (the task's) span, and current
+    while the position's work runs, so that spans made inside it are its children.
+
+    Made once the position is reached (``run.reach``), so that every attribute, the attempt
+    and whether it is replayed included, is given when the span starts: one SDK call, no
+    ``set_attributes`` after. A span the sampler drops is not made current (nothing is
+    recorded under it anyway). A class rather than a generator: it is made per step.
     """
 
     __slots__ = ("span", "token")
 
-    def __init__(self, found: Any, run: Any, name: str, kind: str) -> None:
+    def __init__(
+        self, found: Any, run_id: str, position: Any, name: str, kind: str, record: Any = None
+    ) -> None:
+        attempt, replayed = attempt_of(record)
         self.span = found.start_span(
             STEP_SPAN,
             attributes={
                 STEP_NAME: name,
                 STEP_KIND: kind,
-                RUN_ID: run.run_id,
-                POSITION: run.position,
+                RUN_ID: run_id,
+                POSITION: position,
+                ATTEMPT: attempt,
+                REPLAYED: replayed,
             },
             record_exception=False,
             set_status_on_exception=False,
@@ -254,16 +296,19 @@ class StepSpan:
         self.token: Any = None
 
     def __enter__(self) -> Any:
-        from opentelemetry import context
+        span = self.span
+        if span.is_recording():
+            from opentelemetry import context
 
-        self.token = context.attach(_STATE.api.set_span_in_context(self.span))
-        return self.span
+            self.token = context.attach(_STATE.api.set_span_in_context(span))
+        return span
 
     def __exit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
-        from opentelemetry import context
-
-        context.detach(self.token)
         span = self.span
+        if self.token is not None:
+            from opentelemetry import context
+
+            context.detach(self.token)
         if isinstance(exc, Exception):
             span.record_exception(exc)
             span.set_status(_STATE.api.Status(_STATE.api.StatusCode.ERROR, kind.__name__))
@@ -272,7 +317,7 @@ class StepSpan:
         span.end()
 
 
-def mark_step(span: Any, attempt: int, *, replayed: bool) -> None:
-    """Record on a step's span its attempt and whether it was replayed from the journal."""
-    if span.is_recording():  # not when the sampler dropped the trace
-        span.set_attributes({ATTEMPT: attempt, REPLAYED: replayed})
+def next_attempt(span: Any, attempt: int) -> None:
+    """A step retried inside the worker (W3): its span shows the attempt now running."""
+    if span.is_recording():
+        span.set_attribute(ATTEMPT, attempt)

@@ -11,14 +11,24 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from celery_durable import Blackout, CatchUp, Cron, Daily, Every, InvalidSchedule, Once, Weekly
+from celery_durable import (
+    Blackout,
+    CatchUp,
+    Cron,
+    Daily,
+    Every,
+    InvalidSchedule,
+    Once,
+    Overlap,
+    Weekly,
+)
 from celery_durable.core.blackouts import OnBlackout, blocking, check_windows
+from celery_durable.core.policies import Timing, jitter_offset
 from celery_durable.core.schedule_aggregate import (
     Create,
     DecideDue,
+    DecideRun,
     ScheduleState,
     decide,
     digest,
@@ -27,11 +37,13 @@ from celery_durable.core.schedule_aggregate import (
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
+    RunDeferred,
     RunSkipped,
     ScheduleCreated,
     from_data,
     to_data,
 )
+from tests.support.blackout_sim import Sim, inside
 
 UTC = timezone.utc
 OSLO = ZoneInfo("Europe/Oslo")
@@ -214,9 +226,8 @@ def test_defer_runs_once_when_the_window_ends() -> None:
 
 def test_global_windows_come_with_the_command_and_the_schedules_own_are_named_first() -> None:
     own = Blackout.between("own", T0 + 25 * M, T0 + 35 * M)
-    s = Schedule(content(blackouts=[own]))
-    events = s.tick(T0 + 40 * M, (FREEZE,))
-    reasons = {e.due - T0: e.reason for e in events if isinstance(e, RunSkipped)}
+    sim = Sim(content(blackouts=[own]), T0).run([T0 + m * M for m in (10, 20, 30, 40)], (FREEZE,))
+    reasons = {e.due - T0: e.reason for e in sim.events if isinstance(e, RunSkipped)}
     assert reasons == {30 * M: "blackout own", 40 * M: "blackout freeze"}
 
 
@@ -253,91 +264,103 @@ def test_content_without_windows_keeps_its_stored_form_and_digest() -> None:
     assert from_data(event.TYPE, to_data(event)) == event
 
 
-# Properties ---------------------------------------------------------------------------------
+# The send moment: no run starts inside a window ------------------------------------------------
 
-_starts = st.integers(min_value=0, max_value=14 * 24 * 60)
-_windows = st.lists(
-    st.one_of(
-        st.builds(
-            lambda a, b: Blackout.between("fixed", T0 + a * M, T0 + (a + b) * M),
-            _starts,
-            st.integers(min_value=1, max_value=3 * 24 * 60),
-        ),
-        st.builds(
-            lambda h, m, d: Blackout(
-                "nightly", start=Daily(f"{h:02d}:{m:02d}", "Europe/Oslo"), duration=d * M
-            ),
-            st.integers(0, 23),
-            st.sampled_from([0, 15, 30]),
-            st.integers(min_value=1, max_value=30 * 60),
-        ),
-        st.builds(
-            lambda expr, d: Blackout("cron", start=expr, duration=d * M, zone="Europe/Oslo"),
-            st.sampled_from(["0 9 * * mon-fri", "*/20 * * * *", "30 1 * * 0"]),
-            st.integers(min_value=1, max_value=8 * 60),
-        ),
-    ),
-    min_size=1,
-    max_size=3,
-    unique_by=lambda w: w.name,
-)
-_rules = st.one_of(
-    st.builds(lambda m: Every(m * M), st.integers(min_value=7, max_value=300)),
-    st.sampled_from([Cron("15 * * * *", "Europe/Oslo"), Daily("02:30", "Europe/Oslo")]),
-)
-_ticks = st.lists(st.integers(min_value=1, max_value=36 * 60), min_size=1, max_size=12)
+WINDOW = Blackout.between("freeze", T0 + 22 * M, T0 + 55 * M)
+"""Opens two minutes after the 12:20 due time: a run due then must not start inside it."""
 
 
-def _run(rule: object, policy: CatchUp, ticks: list[int], **blackout: object) -> Schedule:
-    c = content(rule, **blackout)
-    s = Schedule(Content(**{**c.__dict__, "catch_up": policy}))
-    now = T0
-    for step in ticks:
-        now += step * M
-        s.tick(now)
-    return s
+def _timed(on_blackout: str, **timing: object) -> Content:
+    c = content(on_blackout=on_blackout)
+    return Content(**{**c.__dict__, "timing": Timing(**timing)})  # type: ignore[arg-type]
 
 
-def _inside(moment: datetime, windows: list[Blackout]) -> bool:
-    return any(w.covering(moment) is not None for w in windows)
+def _minutes(first: int, last: int) -> list[datetime]:
+    return [T0 + m * M for m in range(first, last + 1)]
 
 
-@settings(max_examples=60, deadline=None)
-@given(_rules, st.sampled_from(list(CatchUp)), _ticks, _windows)
-def test_no_due_time_inside_a_window_starts_and_the_others_are_unchanged(
-    rule: object, policy: CatchUp, ticks: list[int], windows: list[Blackout]
+@pytest.mark.parametrize("on_blackout", ["skip", "defer"])
+def test_a_jittered_send_that_falls_inside_a_window_does_not_start_there(
+    on_blackout: str,
 ) -> None:
-    """P4 with ``skip``: each due time the schedule settles without windows is settled the
-    same way with them, except that one inside a window is skipped instead of decided."""
-    without = _run(rule, policy, ticks)
-    with_ = _run(rule, policy, ticks, blackouts=windows)
-    plain = [e for e in without.events if not isinstance(e, ScheduleCreated)]
-    guarded = [e for e in with_.events if not isinstance(e, ScheduleCreated)]
-    assert len(plain) == len(guarded)
-    for a, b in zip(plain, guarded, strict=True):
-        if isinstance(a, RunDecided) and _inside(a.due, windows):
-            assert isinstance(b, RunSkipped) and b.due == a.due
-            assert b.reason.startswith("blackout ")
-        else:
-            assert a == b  # outside every window: exactly as without windows
-    assert with_.state.cursor == without.state.cursor
+    """P2 + P4: the 12:20 due time is outside the window, its jittered send moment inside."""
+    c = _timed(on_blackout, jitter=timedelta(minutes=10))
+    [decided] = [e for e in Sim(c, T0).run(_minutes(20, 20)).decided() if e.due == T0 + 20 * M]
+    assert decided.send_at is not None and WINDOW.covering(decided.send_at) is not None
+    sim = Sim(c, T0).run(_minutes(1, 90), (WINDOW,))
+    assert not [m for m in sim.starts.values() if inside(m, [WINDOW])]
+    expected = ("skipped", "blackout freeze") if on_blackout == "skip" else ("started", T0 + 55 * M)
+    assert sim.outcomes()[T0 + 20 * M] == expected
 
 
-@settings(max_examples=60, deadline=None)
-@given(_rules, st.sampled_from(list(CatchUp)), _ticks, _windows)
-def test_deferred_runs_are_sent_outside_every_window_once_per_blackout(
-    rule: object, policy: CatchUp, ticks: list[int], windows: list[Blackout]
-) -> None:
-    without = _run(rule, policy, ticks)
-    deferred = _run(rule, policy, ticks, blackouts=windows, on_blackout="defer")
-    plain = {e.due: e for e in without.events if isinstance(e, RunDecided)}
-    runs = [e for e in deferred.events if isinstance(e, RunDecided)]
-    for run in runs:
-        assert run.due in plain
-        assert not _inside(run.send_at or run.due, windows), "no run starts inside a window"
-        if not _inside(run.due, windows):
-            assert run == plain[run.due]  # outside every window: exactly as without windows
-    ends = [r.send_at for r in runs if r.blackout is not None]
-    assert len(ends) == len(set(ends)), "one run per blackout"
-    settled = {e.due for e in deferred.events if isinstance(e, RunDecided | RunSkipped)}
-    assert settled == set(plain)
+@pytest.mark.parametrize("on_blackout", ["skip", "defer"])
+def test_a_catch_up_after_downtime_does_not_start_inside_a_window(on_blackout: str) -> None:
+    """Beat was down from 12:19 to 12:30: the 12:20 due time is decided during the window."""
+    sim = Sim(_timed(on_blackout), T0).run([*_minutes(1, 19), *_minutes(30, 70)], (WINDOW,))
+    assert not [m for m in sim.starts.values() if inside(m, [WINDOW])]
+    expected = ("skipped", "blackout freeze") if on_blackout == "skip" else ("started", T0 + 55 * M)
+    assert sim.outcomes()[T0 + 20 * M] == expected
+
+
+@pytest.mark.parametrize("on_blackout", ["skip", "defer"])
+def test_a_run_held_by_buffer_one_does_not_start_inside_a_window(on_blackout: str) -> None:
+    """D7: the 12:20 run waits for the 12:10 run (12 minutes long), which ends in the window."""
+    c = Content(**{**_timed(on_blackout).__dict__, "overlap": Overlap.BUFFER_ONE})
+    sim = Sim(c, T0, run_for=timedelta(minutes=12)).run(_minutes(1, 90), (WINDOW,))
+    held = [e for e in sim.decided() if e.due == T0 + 20 * M]
+    assert held and held[0].held
+    assert not [m for m in sim.starts.values() if inside(m, [WINDOW])]
+    expected = ("skipped", "blackout freeze") if on_blackout == "skip" else ("started", T0 + 55 * M)
+    assert sim.outcomes()[T0 + 20 * M] == expected
+
+
+@pytest.mark.parametrize("on_blackout", ["skip", "defer"])
+def test_a_run_waiting_for_the_broker_does_not_start_inside_a_window(on_blackout: str) -> None:
+    """D3: the broker is away from 12:20 to 12:29; the run decided at 12:20 waits, unsent."""
+    down = frozenset(_minutes(20, 29))
+    sim = Sim(_timed(on_blackout), T0).run(_minutes(1, 70), (WINDOW,), down)
+    assert not [m for m in sim.starts.values() if inside(m, [WINDOW])]
+    expected = ("skipped", "blackout freeze") if on_blackout == "skip" else ("started", T0 + 55 * M)
+    assert sim.outcomes()[T0 + 20 * M] == expected
+
+
+def test_a_window_added_or_extended_after_a_run_was_deferred_defers_it_again() -> None:
+    first = Blackout.between("first", T0 + 25 * M, T0 + 55 * M)
+    sim = Sim(_timed("defer"), T0)
+    sim.run(_minutes(1, 40), (first,))
+    [deferred] = [e for e in sim.decided() if e.blackout is not None]
+    assert (deferred.due, deferred.send_at) == (T0 + 30 * M, T0 + 55 * M)
+    later = Blackout.between("later", T0 + 50 * M, T0 + 80 * M)  # added at 12:41
+    sim.run(_minutes(41, 100), (first, later))
+    assert [(e.due, e.until, e.blackout) for e in sim.events if isinstance(e, RunDeferred)] == [
+        (T0 + 30 * M, T0 + 80 * M, "later")
+    ]
+    assert sim.starts[T0 + 30 * M] == T0 + 80 * M
+    extended = Blackout.between("first", T0 + 25 * M, T0 + 85 * M)  # the same name, longer
+    again = Sim(_timed("defer"), T0)
+    again.run(_minutes(1, 40), (first,))
+    again.run(_minutes(41, 100), (extended,))
+    assert again.starts[T0 + 30 * M] == T0 + 85 * M
+    assert not [m for m in again.starts.values() if inside(m, [extended])]
+
+
+def test_a_trigger_is_an_explicit_request_and_is_not_held_back() -> None:
+    """D9: triggers and backfills are sent when asked for, windows or not (docs/blackouts.md)."""
+    sim = Sim(_timed("skip"), T0)
+    sim.do(DecideRun(due=T0 + 30 * M, now=T0 + 30 * M, reason="trigger"))
+    sim.tick(T0 + 30 * M, (WINDOW,))
+    assert sim.starts[T0 + 30 * M] == T0 + 30 * M
+
+
+def test_next_run_is_the_first_send_moment_a_window_leaves_alone() -> None:
+    """P2 + P4: the jittered send of 12:20 falls in the window, so the next run is 12:55's
+    run's (skip: 13:00 + its offset) or the deferred one at 12:55 (defer)."""
+    jitter = {"jitter": timedelta(minutes=10)}
+    skip = Sim(_timed("skip", **jitter), T0).run(_minutes(1, 19))
+    offset = jitter_offset("s@2026-11-02T13:00:00.0000000Z", timedelta(minutes=10))
+    assert skip.state.next_run((WINDOW,)) == T0 + 60 * M + offset
+    defer = Sim(_timed("defer", **jitter), T0).run(_minutes(1, 19))
+    assert defer.state.next_run((WINDOW,)) == T0 + 55 * M
+    assert defer.state.next_run() == T0 + 20 * M + jitter_offset(
+        "s@2026-11-02T12:20:00.0000000Z", timedelta(minutes=10)
+    )

@@ -186,6 +186,9 @@ def test_create_list_show_in_tables_and_json(journal_url: str) -> None:
         "NEXT",
         "DUE",
         "(LOCAL)",
+        "NEXT",
+        "RUN",
+        "(UTC)",
         "ORIGIN",
     ]
     assert [line.split()[0] for line in lines[1:]] == [
@@ -233,7 +236,8 @@ def test_create_list_show_in_tables_and_json(journal_url: str) -> None:
     assert upcoming[0].split() == ["UTC", "LOCAL"] and len(upcoming) == 4
     assert all(" 02:00:00+0" in row for row in upcoming[1:])
     detail = as_json(url, "--json", "schedules", "show", "demo", "--next", "5")  # group --json
-    assert set(detail) == SCHEDULE_KEYS | {"upcoming", "recent_runs"}
+    assert set(detail) == SCHEDULE_KEYS | {"global_blackouts", "upcoming", "recent_runs"}
+    assert set(detail["upcoming"][0]) == {"due", "due_local", "runs", "starts", "blackout"}
     assert len(detail["upcoming"]) == 3, "max_runs 3 bounds the coming due times"
 
 

@@ -78,7 +78,9 @@ def test_counters_move_when_runs_are_decided_started_and_skipped(
     # The first run of "tidy" never ends (nothing consumes it): SKIP records the next due time.
     clock.now += timedelta(seconds=10)
     dispatcher.tick()
-    assert value(registry, "celery_durable_runs_skipped_total", schedule="tidy") == 1
+    assert (
+        value(registry, "celery_durable_runs_skipped_total", schedule="tidy", reason="overlap") == 1
+    )
     assert value(registry, "celery_durable_runs_started_total", schedule="tidy") == 1
     assert value(registry, "celery_durable_runs_started_total", schedule="ping") == 2
     assert value(registry, "celery_durable_dispatch_lag_seconds_count") == 3
@@ -183,4 +185,40 @@ def test_a_missed_start_deadline_is_counted_and_signalled(
     assert heard == [
         {"schedule": "d", "run_id": run.run_id, "due": run.due, "reason": MISSED_IN_QUEUE,
          "signal": signals.run_deadline_missed}
+    ]  # fmt: skip
+
+
+def test_a_blackout_skip_is_counted_with_its_reason_and_signalled(
+    durable: Durable, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    """O4, P4: a due time inside a blackout window is counted as skipped with the label
+    ``reason="blackout"`` (not with the overlap skips) and sends ``run_skipped``."""
+    from celery_durable import Blackout
+
+    install_metrics(registry)
+    heard: list[dict] = []
+
+    def receiver(sender: object = None, **fields: object) -> None:
+        heard.append(fields)
+
+    signals.run_skipped.connect(receiver, weak=False, dispatch_uid="test-blackout-skip")
+    try:
+        freeze = Blackout.between("freeze", T0 + timedelta(seconds=5), T0 + timedelta(seconds=15))
+        durable.schedules.create(
+            "b", "report", None, Every(timedelta(seconds=10)), blackouts=[freeze]
+        )
+        dispatcher = durable.dispatcher()
+        dispatcher.tick()
+        clock.now += timedelta(seconds=10)
+        dispatcher.tick()
+    finally:
+        signals.run_skipped.disconnect(dispatch_uid="test-blackout-skip")
+    skipped = "celery_durable_runs_skipped_total"
+    assert value(registry, skipped, schedule="b", reason="blackout") == 1
+    assert value(registry, skipped, schedule="b", reason="overlap") == 0
+    assert value(registry, "celery_durable_runs_started_total", schedule="b") == 0
+    due = T0 + timedelta(seconds=10)
+    assert heard == [
+        {"schedule": "b", "run_id": "b@2026-11-02T12:00:10.0000000Z", "due": due,
+         "reason": "blackout freeze", "signal": signals.run_skipped}
     ]  # fmt: skip

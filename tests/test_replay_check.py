@@ -270,3 +270,51 @@ def test_a_suspended_run_of_the_old_code_is_reported_on_the_old_branch(
     replay_app.BODY["patch"] = "unguarded"
     found = harness.replay_check()
     assert {(d.run_id, d.position, d.status) for d in found} == {("new-asleep", 0, "suspended")}
+
+
+def test_a_run_with_a_secret_input_replays_with_the_value_and_unreadable_is_not_a_divergence(
+    harness: DurableHarness, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P5 + W6: the check reads a ``setting:`` secret as the worker does (it was a false
+    divergence: the check read only the environment); where the reference cannot be read,
+    the run is reported as "cannot replay", not as a divergence, and the exit code stays 0."""
+    from celery_durable import ScheduledRun, Secret
+    from celery_durable.message import scheduled_message
+    from celery_durable.worker.replay import CannotReplay, check_report, replay_run
+
+    monkeypatch.setitem(replay_app.app.conf, "REPLAY_TOKEN", "tok-value-123")
+    run = ScheduledRun("s", T0, {"token": Secret("setting:REPLAY_TOKEN")})
+    args, kwargs, _ = scheduled_message(run)
+    rid = "s@2026-11-02T12:00:00.0000000Z"
+    replay_app.secretive.apply_async(args, kwargs, task_id=rid)
+    harness.run_until_idle()
+    assert harness.result(rid) == len("tok-value-123")
+    runtime = harness.durable.runtime
+    assert replay_run(runtime, rid) is None
+    assert check_report(runtime, run_id=rid) == ([], [], [])
+    assert cli(sqlite_url, "--check", "--run", rid) == (
+        0,
+        "every checked run replays on the stored path\n",
+    )
+    monkeypatch.delitem(replay_app.app.conf, "REPLAY_TOKEN")
+    with pytest.raises(CannotReplay, match="cannot replay: secret setting:REPLAY_TOKEN"):
+        replay_run(runtime, rid)
+    found, old, cannot = check_report(runtime, run_id=rid)
+    assert (found, old, [c.run_id for c in cannot]) == ([], [], [rid])
+    assert check_runs(runtime, run_id=rid) == []
+    code, out = cli(sqlite_url, "--check", "--run", rid)
+    assert code == 0
+    assert out.splitlines() == [
+        f"run {rid!r} (replay.secret): cannot replay: secret setting:REPLAY_TOKEN cannot be "
+        "resolved: no such setting",
+        "every other checked run replays on the stored path",
+    ]
+    code, out = cli(sqlite_url, "--check", "--run", rid, "--json")
+    assert json.loads(out)["cannot_replay"] == [
+        {
+            "run_id": rid,
+            "task": "replay.secret",
+            "reason": "secret setting:REPLAY_TOKEN cannot be resolved: no such setting",
+        }
+    ]
+    assert "tok-value-123" not in out

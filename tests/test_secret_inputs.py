@@ -358,11 +358,18 @@ def test_metrics_name_no_value(
 
 
 def test_a_durable_task_reads_its_secrets_in_the_worker_at_run_input(
-    durable: Durable, app: Celery, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    durable: Durable,
+    app: Celery,
+    clock: FakeClock,
+    redis_url: str,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Executed by Celery's ``apply`` (the worker's code path): ``setting:`` is read from the
-    app's configuration; a missing reference faults the run with an error naming it."""
-    from celery_durable import Faulted, Finished
+    app's configuration; a reference that cannot be read fails the run's start (D5): the
+    body never runs, the run is recorded as failed to start, logged once, naming it."""
+    from celery_durable import Finished
 
     seen: list[Any] = []
 
@@ -377,12 +384,34 @@ def test_a_durable_task_reads_its_secrets_in_the_worker_at_run_input(
     uses.apply(args, kwargs, task_id="s@2026-11-02T12:00:05.0000000Z")
     assert seen == [{"token": "setting-value-7f3a"}]
     assert durable.outcome("s@2026-11-02T12:00:05.0000000Z", timeout=5) == Finished(18)
-    missing = ScheduledRun("s", due, {"token": Secret("env:P5_NOWHERE")})
-    args, kwargs, _ = scheduled_message(missing)
+    # The dispatcher decides and sends the next run (beat needs no value: durable task).
+    durable.schedules.create(
+        "later", "uses-secret", {"token": Secret("env:P5_NOWHERE")}, Every(timedelta(seconds=5))
+    )
+    first_run(durable, clock)
+    broker = redis.Redis.from_url(redis_url)
+    [raw] = [json.loads(m) for m in broker.lrange("celery", 0, -1)]
+    broker.close()
+    args, kwargs, _ = json.loads(base64.b64decode(raw["body"]))
+    rid = raw["headers"]["id"]
+    headers = {k: v for k, v in raw["headers"].items() if k.startswith("durable_")}
     monkeypatch.delenv("P5_NOWHERE", raising=False)
-    uses.apply(args, kwargs, task_id="s@2026-11-02T12:00:10.0000000Z")
-    outcome = durable.outcome("s@2026-11-02T12:00:10.0000000Z", timeout=5)
-    assert isinstance(outcome, Faulted) and "env:P5_NOWHERE" in str(outcome.error)
+    for _ in range(2):  # a second delivery of the same message: recorded and logged once
+        uses.apply(args, kwargs, task_id=rid, headers=headers)
+    assert len(seen) == 1, "the body never ran"
+    assert durable.runs.row(rid)["status"] == "failed_to_start"
+    with pytest.raises(LookupError):
+        durable.outcome(rid, timeout=0)
+    [failed] = durable.schedules.runs("later")
+    assert (failed.run_id, failed.state) == (rid, "failed_to_start")
+    assert failed.error == (
+        "SecretUnavailable: secret env:P5_NOWHERE cannot be resolved: no such environment variable"
+    )
+    lines = [r.getMessage() for r in caplog.records if "can never start" in r.getMessage()]
+    assert lines == [
+        f"run {rid!r} of schedule 'later' (due 2026-11-02T12:00:05.000000Z, task 'uses-secret') "
+        f"can never start: {failed.error}"
+    ]
     assert b"setting-value-7f3a" not in journal_bytes(sqlite_url)
 
 
@@ -426,22 +455,136 @@ def test_the_admin_shows_references_and_keeps_them_on_save(
     assert type(view.options["args"][0]) is Secret
 
 
+def test_the_admin_add_form_and_history_page_keep_references(
+    client: Any,  # noqa: F811
+    admin_durable: Durable,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The add form reads ``{"$secret": "env:NAME"}`` as a Secret; the history page shows
+    the reference, never the value (P5, O5)."""
+    from tests.test_django_admin import form_data
+
+    monkeypatch.setenv("P5_ADMIN_ADD", "admin-add-value-9b1d")
+    data = form_data(
+        id="added",
+        task="report",
+        kind="every",
+        every="1h",
+        input="null",
+        options='{"args": [{"$secret": "env:P5_ADMIN_ADD"}]}',
+        reason="rotate",
+    )
+    response = client.post(LIST + "add/", data)
+    assert response.status_code == 302, response.context["form"].errors
+    view = admin_durable.schedules.state("added")
+    assert view is not None and view.options["args"] == [Secret("env:P5_ADMIN_ADD")]
+    assert client.post(LIST + "added/change/", {**data, "every": "2h"}).status_code == 302
+    pages = [
+        client.get(LIST + "add/").content.decode(),
+        client.get(LIST + "added/change/").content.decode(),
+        client.get(LIST + "added/history/").content.decode(),
+    ]
+    assert "env:P5_ADMIN_ADD" in pages[1] and "env:P5_ADMIN_ADD" in pages[2]
+    assert all("admin-add-value-9b1d" not in page for page in pages)
+
+
+def test_the_cli_creates_schedules_with_secrets_and_never_prints_a_value(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--input``, ``--args`` and ``--kwargs`` read ``{"$secret": "env:NAME"}`` as a Secret;
+    every command shows the reference; a bad reference is refused, naming it."""
+    from tests.test_cli import as_json, fails, ok
+
+    monkeypatch.setenv("P5_CLI", "cli-value-3c3c")
+    url = sqlite_url
+    ok(url, "schedules", "create", "durable-in", "cli.invoice", "--every", "1h",
+       "--input", '{"token": {"$secret": "env:P5_CLI"}}')  # fmt: skip
+    ok(url, "schedules", "create", "plain-args", "cli.backup", "--every", "1h",
+       "--args", '[{"$secret": "env:P5_CLI"}]',
+       "--kwargs", '{"key": {"$secret": "setting:P5_CLI_SETTING"}}',
+       "--reason", "rotate")  # fmt: skip
+    shown = as_json(url, "schedules", "show", "durable-in")
+    assert shown["input"] == {"token": {"$secret": "env:P5_CLI"}}
+    plain = as_json(url, "schedules", "show", "plain-args")
+    assert plain["options"]["args"] == [{"$secret": "env:P5_CLI"}]
+    assert plain["options"]["kwargs"] == {"key": {"$secret": "setting:P5_CLI_SETTING"}}
+    ok(url, "schedules", "change", "plain-args", "--every", "2h")  # keeps the references
+    outputs = [
+        ok(url, "schedules", "show", "durable-in"),
+        ok(url, "schedules", "show", "plain-args"),
+        ok(url, "schedules", "list"),
+        ok(url, "schedules", "history", "plain-args"),
+        json.dumps(as_json(url, "schedules", "list")),
+    ]
+    assert '{"$secret": "env:P5_CLI"}' in outputs[1]
+    assert as_json(url, "schedules", "show", "plain-args")["options"]["args"] == [
+        {"$secret": "env:P5_CLI"}
+    ]
+    line = fails(url, 2, "schedules", "create", "bad", "cli.backup", "--every", "1h",
+                 "--input", '{"$secret": "vault:TOK"}')  # fmt: skip
+    assert "must start with env: or setting: (given 'vault')" in line
+    for text in [*outputs, journal_bytes(url).decode("utf-8", "replace")]:
+        assert "cli-value-3c3c" not in text
+
+
+def test_the_masking_pieces_each_show_references_only(app: Celery, durable: Durable) -> None:
+    """P5 in one process: the retry receiver puts the shown arguments back, the pool's debug
+    line is hidden, a worker request answers with the references; the publish fast path
+    (D12) stays on with the receiver connected (it never sees such messages)."""
+    from celery_durable.dispatch.fast_publish import FastPath
+    from celery_durable.message import SHOWN_ARGS_HEADER
+    from celery_durable.worker.secret_masking import (
+        HIDDEN,
+        HideSecretArguments,
+        restore_shown_args,
+        shown_info,
+    )
+
+    shown = {"argsrepr": "[Secret('env:X')]", "kwargsrepr": "{}"}
+    headers: dict[str, Any] = {"argsrepr": "['value-1']", SHOWN_ARGS_HEADER: shown}
+    restore_shown_args(headers=headers)
+    assert headers["argsrepr"] == "[Secret('env:X')]"
+    plain = {"argsrepr": "['public']"}
+    restore_shown_args(headers=plain)
+    assert plain == {"argsrepr": "['public']"}
+    raw = f"('t', 'id', {{'{SHOWN_ARGS_HEADER}': {{}}}}, b'[[\"value-1\"]')"
+    record = logging.LogRecord(
+        "celery.pool", logging.DEBUG, __file__, 1,
+        "TaskPool: Apply %s (args:%s kwargs:%s)", (len, raw, "{}"), None,
+    )  # fmt: skip
+    assert HideSecretArguments().filter(record)
+    assert "value-1" not in record.getMessage() and HIDDEN in record.getMessage()
+
+    class Request:
+        request_dict = {SHOWN_ARGS_HEADER: shown}
+
+        def info(self, safe: bool = False) -> dict[str, Any]:
+            return {"id": "r", "args": ["value-1"], "kwargs": {}}
+
+    assert shown_info(Request.info)(Request()) == {
+        "id": "r", "args": "[Secret('env:X')]", "kwargs": "{}"
+    }  # fmt: skip
+    assert FastPath(app).usable()  # the Durable above connected the receiver
+
+
 # -- real beat and worker processes -------------------------------------------------------------
 
 APP = "tests.e2e.secret_app"
+
+
+def e2e_env(tmp_path: Path, redis_url: str, sqlite_url: str) -> tuple[Path, dict[str, str]]:
+    """The folder the tasks write what they received to, and the processes' environment."""
+    received = tmp_path / "received"
+    received.mkdir()
+    env = {"E2E_BROKER": redis_url, "CELERY_DURABLE_URL": sqlite_url, "E2E_RECEIVED": str(received)}
+    return received, env
 
 
 def test_beat_and_worker_processes_never_show_the_values(
     tmp_path: Path, redis_url: str, sqlite_url: str
 ) -> None:
     plain_token, setting_token, durable_token = (f"{n}-{uuid.uuid4().hex}" for n in "psd")
-    received = tmp_path / "received"
-    received.mkdir()
-    base = {
-        "E2E_BROKER": redis_url,
-        "CELERY_DURABLE_URL": sqlite_url,
-        "E2E_RECEIVED": str(received),
-    }
+    received, base = e2e_env(tmp_path, redis_url, sqlite_url)
     shared = base | {"E2E_PLAIN_TOKEN": plain_token, "E2E_SETTING_TOKEN": setting_token}
     worker_env = shared | {"E2E_DURABLE_TOKEN": durable_token}  # beat does not have it
     setup = Durable(Celery("setup", set_as_current=False), sqlite_url)
@@ -528,3 +671,110 @@ def test_beat_and_worker_processes_never_show_the_values(
         assert token.encode() not in journal
         for text in logs + outputs:
             assert token not in text
+
+
+def test_retries_debug_lines_inspect_and_failed_durable_starts_never_show_the_values(
+    tmp_path: Path, redis_url: str, sqlite_url: str
+) -> None:
+    """P5 with real beat and worker processes, at DEBUG: a plain task with a short schedule
+    ID (the pool's debug line prints the raw message, cut at 1,024 characters: the value
+    would fit), a plain task that retries (Celery publishes it again), ``celery inspect
+    active``, ``reserved`` and ``scheduled`` while those run, and a durable task whose secret
+    the worker cannot read (D5: failed to start, logged once per run, the schedule goes
+    on). Every captured output and the journal file are searched for the values."""
+    token = f"t-{uuid.uuid4().hex}"
+    received, base = e2e_env(tmp_path, redis_url, sqlite_url)
+    env = base | {"E2E_PLAIN_TOKEN": token}
+    setup = Durable(Celery("setup", set_as_current=False), sqlite_url)
+    app = setup.app
+    for name in ("secret.plain", "secret.flaky", "secret.slow"):
+        app.task(name=name, shared=False)(_never)
+
+    @setup.task(name="secret.durable", shared=False)
+    def durable_job(run: ScheduledRun) -> None: ...  # pragma: no cover
+
+    ref = Secret("env:E2E_PLAIN_TOKEN")
+    setup.schedules.create("p", "secret.plain", None, Every(timedelta(seconds=2)), args=[ref])
+    setup.schedules.create("r", "secret.flaky", None, Every(timedelta(seconds=4)), args=[ref])
+    setup.schedules.create(
+        "w", "secret.slow", None, Every(timedelta(seconds=1)), args=[ref], queue="slow"
+    )
+    setup.schedules.create(
+        "d", "secret.durable", {"token": Secret("env:E2E_NOT_SET")}, Every(timedelta(seconds=1))
+    )
+    setup.close()
+
+    def worker(name: str, *args: str) -> list[str]:
+        return python_command(
+            "-m", "celery", "-A", APP, "worker", "--pool=threads", "-l", "DEBUG",
+            "-n", f"{name}@%h", "--without-mingle", "--without-gossip", *args,
+        )  # fmt: skip
+
+    beat_cmd = python_command(
+        "-m", "celery", "-A", APP, "beat", "-S", "durable", "-l", "DEBUG",
+        "--schedule", str(tmp_path / "unused-beat-schedule"),
+    )  # fmt: skip
+    reader = Durable(Celery("reader", set_as_current=False), sqlite_url)
+    inspected: dict[str, list[str]] = {"active": [], "reserved": [], "scheduled": []}
+
+    def inspect(command: str) -> str:
+        done = run_child(
+            python_command("-m", "celery", "-A", APP, "inspect", command, "--timeout", "2"),
+            cwd=tmp_path,
+            env=child_env(env),
+        )
+        inspected[command].append(done.stdout + done.stderr)
+        return done.stdout
+
+    def failed(schedule: str) -> int:
+        return sum(r.state == "failed_to_start" for r in reader.schedules.runs(schedule))
+
+    def seen() -> bool:
+        names = {p.name for p in received.iterdir()}
+        looked = {
+            "active": "secret.slow" in inspect("active")
+            or any("secret.slow" in o for o in inspected["active"][:-1]),
+            "reserved": any("secret.slow" in o for o in inspected["reserved"])
+            or "secret.slow" in inspect("reserved"),
+            "scheduled": any("secret.flaky" in o for o in inspected["scheduled"])
+            or "secret.flaky" in inspect("scheduled"),
+        }
+        return (
+            all(looked.values())
+            and any(n.startswith("r@") and n.endswith("-retried") for n in names)
+            and any(n.startswith("p@") for n in names)
+            and failed("d") >= 2
+        )
+
+    with (
+        running_process(worker("a", "-c", "2"), log_path=tmp_path / "a.log", env=env) as a,
+        running_process(worker("b", "-c", "1", "-Q", "slow"), log_path=tmp_path / "b.log",
+                        env=env) as b,
+        running_process(beat_cmd, log_path=tmp_path / "beat.log", env=env) as beat,
+    ):  # fmt: skip
+        wait_for(seen, timeout=120, interval=0.5, processes=[a, b, beat])
+        logs = [a.read_log(), b.read_log(), beat.read_log()]
+    values = [(received / n).read_text() for n in sorted(p.name for p in received.iterdir())]
+    assert values and {v.split("|")[0] for v in values} == {token}  # the tasks got the value
+    # Celery showed each of these messages (its debug line, its received line, inspect).
+    assert "TaskPool: Apply" in logs[0] and "(hidden: the message carries secret values" in logs[0]
+    assert "secret.flaky" in logs[0] and "retry" in logs[0].lower()
+    for command, outputs in inspected.items():
+        assert any("env:E2E_PLAIN_TOKEN" in o for o in outputs), command
+    # D5 for a durable task: failed to start in the worker, named, logged once per run.
+    runs = [r for r in reader.schedules.runs("d") if r.state == "failed_to_start"]
+    assert runs and all("env:E2E_NOT_SET" in str(r.error) for r in runs)
+    lines = [line for line in logs[0].splitlines() if "can never start" in line]
+    assert lines and all("env:E2E_NOT_SET" in line for line in lines)
+    assert len(lines) == len({line.split("run '")[1].split("'")[0] for line in lines})
+    assert reader.runs.row(runs[0].run_id)["status"] == "failed_to_start"
+    assert reader.schedules.state("d").next_due is not None  # the schedule goes on
+    reader.close()
+    journal = journal_bytes(sqlite_url)
+    assert token.encode() not in journal
+    for text in logs + [o for outputs in inspected.values() for o in outputs]:
+        assert token not in text
+
+
+def _never(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - registers a name only
+    return None

@@ -108,6 +108,7 @@ def test_one_trace_from_the_decision_through_the_worker_to_its_steps(
         tracing.DUE: run.run_id.split("@", 1)[1],
         tracing.LATENESS: 2.0,
         tracing.REASON: "rule",
+        tracing.OUTCOME: "decided",
     }
     assert send["parent_id"] == decide["span_id"]
     assert send["attributes"][tracing.RUN_ID] == run.run_id
@@ -121,6 +122,7 @@ def test_one_trace_from_the_decision_through_the_worker_to_its_steps(
     steps = [
         (
             s["attributes"][tracing.STEP_NAME],
+            s["attributes"][tracing.STEP_KIND],
             s["attributes"][tracing.POSITION],
             s["attributes"][tracing.ATTEMPT],
             s["attributes"][tracing.REPLAYED],
@@ -130,10 +132,17 @@ def test_one_trace_from_the_decision_through_the_worker_to_its_steps(
         if s["name"] == tracing.STEP_SPAN
     ]
     assert steps == [
-        ("fetch", 0, 1, False, first["span_id"]),
-        ("fetch", 0, 1, True, second["span_id"]),  # the second delivery replays it
-        ("store", 2, 1, False, second["span_id"]),
+        ("fetch", "step", 0, 1, False, first["span_id"]),
+        ("sleep", "sleep", 1, 1, False, first["span_id"]),  # gives the worker back
+        ("fetch", "step", 0, 1, True, second["span_id"]),  # the second delivery replays it
+        ("sleep", "sleep", 1, 1, False, second["span_id"]),  # over: nothing more is stored
+        ("store", "step", 2, 1, False, second["span_id"]),
     ]
+    [suspended] = [s for s in there if s["attributes"].get(tracing.SUSPENDED)]
+    assert (suspended["attributes"][tracing.STEP_KIND], suspended["parent_id"]) == (
+        "sleep",
+        first["span_id"],
+    )
 
 
 def test_a_failed_step_is_an_error_span_and_its_replay_is_marked(
@@ -192,9 +201,8 @@ def test_untraced_without_a_provider_the_message_carries_no_trace_context(
         assert headers == {"a": 1}
 
 
-TICK_WITHOUT_OTEL = """
+BLOCK_OTEL = """
 import sys
-from datetime import datetime, timedelta, timezone
 
 class Block:
     def find_spec(self, name, path=None, target=None):
@@ -203,6 +211,12 @@ class Block:
         return None
 
 sys.meta_path.insert(0, Block())
+"""
+
+TICK_WITHOUT_OTEL = (
+    BLOCK_OTEL
+    + """
+from datetime import datetime, timedelta, timezone
 from celery import Celery
 from celery_durable import Durable, Every
 from celery_durable import tracing
@@ -233,14 +247,179 @@ else:
 durable.close()
 print("ok")
 """
+)
 
 
-def test_without_opentelemetry_nothing_is_imported_and_a_tick_runs(sqlite_url: str) -> None:
+def run_blocked(script: str, url: str) -> None:
+    """Run ``script`` in a fresh interpreter (OpenTelemetry blocked there); it prints ok."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TICK_WITHOUT_OTEL), sqlite_url],
+        [sys.executable, "-c", textwrap.dedent(script), url],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_without_opentelemetry_nothing_is_imported_and_a_tick_runs(sqlite_url: str) -> None:
+    run_blocked(TICK_WITHOUT_OTEL, sqlite_url)
+
+
+def test_every_kind_of_position_has_a_span_and_replay_marks_them(
+    spans: InMemorySpanExporter, celery_app: Celery, sqlite_url: str
+) -> None:
+    """``now``, ``uuid4``, ``random``, ``sleep``, ``wait_signal``, ``parallel`` (each branch
+    too, its steps under it) and the child-run calls each get a span with their position,
+    kind and whether the journal answered them; a second delivery replays them."""
+    from celery_durable import now, parallel, random, sleep, uuid4, wait_signal
+    from celery_durable.testing import DurableHarness, TestClock
+    from tests.support.clock import T0
+
+    with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
+        durable.start()
+
+        @durable.step(name="part")
+        def part(x: int) -> int:
+            return x
+
+        @durable.task(name="traced.kid")
+        def kid(x: int) -> int:
+            return part(x)
+
+        @durable.task(name="traced.all")
+        def everything() -> list[Any]:
+            stamp, ident, luck = now(), uuid4(), random()
+            sleep(0.01)
+            payload = wait_signal("go", timeout=60)
+            both = parallel(lambda: part(1), lambda: part(2))
+            handle = durable.start_child(kid, 3)
+            return [str(stamp), str(ident), luck, payload, both, durable.wait_child(handle)]
+
+        everything.apply_async(task_id="all-1")
+        durable.run_until_idle()
+        durable.signal("all-1", "go", "ready")
+        durable.run_until_idle()
+        assert durable.result("all-1")[3:] == ["ready", [1, 2], 3]
+        first_pass = len(spans.get_finished_spans())
+        everything.apply_async(task_id="all-1")  # a redelivery of the finished run: no body
+        durable.run_until_idle()
+    records = [span_record(s) for s in spans.get_finished_spans()[:first_pass]]
+    ours = [r for r in records if r["name"] == tracing.STEP_SPAN]
+    parent = [
+        (
+            r["attributes"][tracing.STEP_KIND],
+            r["attributes"][tracing.POSITION],
+            r["attributes"][tracing.STEP_NAME],
+        )
+        for r in ours
+        if r["attributes"][tracing.RUN_ID] == "all-1"
+    ]
+    for expected in [
+        ("now", 0, "now"),
+        ("uuid4", 1, "uuid4"),
+        ("random", 2, "random"),
+        ("sleep", 3, "sleep"),
+        ("signal", 4, "go"),
+        ("parallel", 5, "parallel"),
+        ("branch", "5.0", "branch"),
+        ("branch", "5.1", "branch"),
+        ("step", "5.0.0", "part"),
+        ("step", "5.1.0", "part"),
+        ("child", 6, "traced.kid"),
+    ]:
+        assert expected in parent, expected
+    assert sum(1 for k, p, _ in parent if (k, p) == ("child", 6)) >= 2  # start, then wait
+    by_id = {r["span_id"]: r for r in records}
+    branch_steps = [r for r in ours if r["attributes"][tracing.POSITION] in ("5.0.0", "5.1.0")]
+    for step in branch_steps:  # a branch's steps are children of its branch span
+        branch = by_id[step["parent_id"]]
+        assert branch["attributes"][tracing.STEP_KIND] == "branch"
+        assert by_id[branch["parent_id"]]["attributes"][tracing.STEP_KIND] == "parallel"
+    # The body ran more than once (the sleep, the signal, the child gave the worker back):
+    # positions answered by the journal on a later delivery are marked replayed.
+    replayed = {
+        r["attributes"][tracing.STEP_KIND]
+        for r in ours
+        if r["attributes"][tracing.RUN_ID] == "all-1" and r["attributes"][tracing.REPLAYED]
+    }
+    assert {"now", "uuid4", "random", "signal", "step"} <= replayed
+    kid_steps = [r for r in ours if r["attributes"][tracing.RUN_ID] == "all-1:6"]
+    assert [r["attributes"][tracing.STEP_NAME] for r in kid_steps] == ["part"]
+
+
+def test_a_skipped_due_time_has_a_decision_span_with_its_outcome(
+    spans: InMemorySpanExporter, sqlite_url: str
+) -> None:
+    """P4, D7: a due time skipped by a blackout window gets a decision span whose outcome and
+    reason say so; a deferred one says deferred; neither has a send span."""
+    from celery_durable import Blackout
+
+    clock = FakeClock(datetime(2026, 11, 2, 12, tzinfo=UTC))
+    app = Celery("traced-skip", broker="memory://", set_as_current=False)
+    app.task(name="tick", shared=False)(_tick)
+    durable = Durable(app, sqlite_url, clock=clock)
+    try:
+        t0 = clock.now
+        freeze = Blackout.between("freeze", t0 + timedelta(seconds=5), t0 + timedelta(seconds=25))
+        every = Every(timedelta(seconds=10))
+        durable.schedules.create("skip", "tick", None, every, blackouts=[freeze])
+        durable.schedules.create(
+            "defer", "tick", None, every, blackouts=[freeze], on_blackout="defer"
+        )
+        dispatcher = durable.dispatcher()
+        for seconds in (0, 10):
+            clock.now = t0 + timedelta(seconds=seconds)
+            dispatcher.tick()
+        dispatcher.close()
+    finally:
+        durable.close()
+    decisions = {
+        s.attributes[tracing.SCHEDULE]: dict(s.attributes)
+        for s in spans.get_finished_spans()
+        if s.name == tracing.DECIDE_SPAN
+    }
+    assert decisions["skip"][tracing.OUTCOME] == "skipped"
+    assert decisions["skip"][tracing.REASON] == "blackout freeze"
+    assert decisions["skip"][tracing.RUN_ID] == "skip@2026-11-02T12:00:10.0000000Z"
+    assert decisions["defer"][tracing.OUTCOME] == "deferred"
+    assert not [s for s in spans.get_finished_spans() if s.name == tracing.SEND_SPAN]
+
+
+def _tick() -> None:  # pragma: no cover - never consumed
+    return None
+
+
+STEPS_WITHOUT_OTEL = (
+    BLOCK_OTEL
+    + """
+from celery import Celery
+from celery_durable import Durable, now, parallel, random, sleep, tracing, uuid4
+
+app = Celery("blocked-steps", broker="memory://", set_as_current=False)
+durable = Durable(app, sys.argv[1])
+
+@durable.step(name="inc")
+def inc(x):
+    return x + 1
+
+@durable.task(name="steps")
+def steps():
+    now(); uuid4(); random(); sleep(0)
+    return parallel(lambda: inc(1), lambda: inc(2)) + [inc(3)]
+
+assert steps.apply(task_id="r1").get() == [2, 3, 4]
+assert steps.apply(task_id="r1").get() == [2, 3, 4]  # replayed
+assert tracing.tracer() is None
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+assert not loaded, loaded
+durable.close()
+print("ok")
+"""
+)
+
+
+def test_without_opentelemetry_nothing_is_imported_by_the_worker_and_step_path(
+    sqlite_url: str,
+) -> None:
+    run_blocked(STEPS_WITHOUT_OTEL, sqlite_url)

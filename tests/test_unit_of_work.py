@@ -219,6 +219,10 @@ def test_a_run_without_a_row_is_marked_missed_once(any_store: AnyStore) -> None:
     with any_store.unit_of_work() as unit:
         unit.save_run("r2", {"status": "running"}, now=NOW)
     assert runs.mark_missed("r2", "t", NOW) is False  # it had started
+    assert runs.mark_unstarted("r3", "t", NOW, "failed_to_start") is True  # P5
+    assert runs.mark_unstarted("r3", "t", NOW, "failed_to_start") is False
+    row = runs.row("r3")
+    assert row is not None and row["status"] == "failed_to_start"
 
 
 # -- the database's errors leave the SQL store as the library's ----------------------------------

@@ -1,7 +1,7 @@
 """``celery durable blackouts …``: show, set and clear the global blackout windows (P4).
 
-The global windows live in the journal; a running beat honours a change within about a
-second. ``durable_blackouts`` in the app's settings replaces them when beat starts.
+The global windows live in the journal; a running beat reads a change before its next
+decision. ``durable_blackouts`` in the app's settings replaces them when beat starts.
 """
 
 from __future__ import annotations

@@ -67,9 +67,9 @@ def weekly(text: str) -> tuple[list[str], str]:
 
 
 def blackout(text: str, what: str = "--blackout") -> Any:
-    """A blackout window (P4) in the form :func:`celery_durable.core.blackouts.parse_window`
+    """A blackout window (P4) in the form :func:`celery_durable.core.blackout_text.parse_window`
     reads (``InvalidSchedule`` names what is wrong)."""
-    from celery_durable.core.blackouts import parse_window
+    from celery_durable.core.blackout_text import parse_window
 
     return parse_window(text, what)
 

@@ -48,7 +48,9 @@ def replay(
     body would now ask for another step than the journal holds at some position (the run
     would be parked, W6) is listed with that position; exit 1 if there is one, 0 otherwise.
     Runs that take the old branch of a ``patched`` marker (W14) are listed too (they replay:
-    exit 0). A run still going is replayed up to the position it reaches next. Steps do not
+    exit 0), and so are runs that cannot be replayed here ("cannot replay": a secret input
+    this process cannot read, P5; they were not checked, exit 0). A run still going is
+    replayed up to the position it reaches next. Steps do not
     run; code outside steps runs as on any replay.
     """
     from celery_durable.worker.replay import check_report
@@ -62,20 +64,28 @@ def replay(
     if run_id is not None and durable.runs.row(run_id) is None:
         raise not_found(f"no durable run {shown(run_id)} has started")
     since_at = None if since is None else _since(since, durable.now())
-    found, old = check_report(
+    found, old, cannot = check_report(
         durable.runtime, schedule=schedule, run_id=run_id, since=since_at, limit=limit
     )
     if current.json:
         emit_json(
-            {"divergent": [d.to_json() for d in found], "old_branch": [o.to_json() for o in old]}
+            {
+                "divergent": [d.to_json() for d in found],
+                "old_branch": [o.to_json() for o in old],
+                "cannot_replay": [c.to_json() for c in cannot],
+            }
         )
     else:
         for divergence in found:
             echo(printable(str(divergence)))
         for branch in old:
             echo(printable(str(branch)))
-        if not found:
+        for unchecked in cannot:
+            echo(printable(str(unchecked)))
+        if not found and not cannot:
             echo("every checked run replays on the stored path")
+        elif not found:
+            echo("every other checked run replays on the stored path")
     if found:
         raise CliError(f"{len(found)} run(s) would now take another path (W6)", FAILED)
 

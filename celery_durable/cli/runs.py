@@ -40,6 +40,7 @@ RUN_STATUSES = (
     "cancelled",
     "parked",
     "missed",
+    "failed_to_start",
 )
 STATES = SCHEDULE_STATES + RUN_STATUSES
 

@@ -88,8 +88,9 @@ def _already(verb: str, view: Any) -> str:
 @json_option
 def list_(show_all: bool) -> None:
     """List schedules: where each came from, its last run (due time of the newest decided
-    run, UTC) and next due time in UTC and in the schedule's zone, marked "(overdue)" when
-    it has passed and the run is not decided yet."""
+    run, UTC), next due time in UTC and in the schedule's zone, marked "(overdue)" when
+    it has passed and the run is not decided yet, and the next run that will really be sent
+    (blackout windows and jitter considered, P4, P2)."""
     current = session()
     views = current.durable.schedules.list(include_deleted=show_all)
     now = current.durable.now()
@@ -112,6 +113,7 @@ def list_(show_all: bool) -> None:
                 utc_text(view.last_due),
                 utc_text(view.next_due) + mark,
                 local_text(view.next_due, zone),
+                utc_text(view.next_run),
                 origin_label(view.task, view.options),
             )
         )
@@ -123,6 +125,7 @@ def list_(show_all: bool) -> None:
         "LAST RUN (UTC)",
         "NEXT DUE (UTC)",
         "NEXT DUE (LOCAL)",
+        "NEXT RUN (UTC)",
         "ORIGIN",
     )
     echo(table(headers, rows))
@@ -148,19 +151,33 @@ def list_(show_all: bool) -> None:
 )
 @json_option
 def show(schedule_id: str, count: int, run_count: int) -> None:
-    """Show one schedule: its content, status, coming due times and recent runs."""
-    from celery_durable.cli.views import run_json, run_rows, run_state
+    """Show one schedule: its content, status, the blackout windows that apply to it (its own
+    and the global ones), its next run, coming due times (each one a window skips or moves is
+    marked) and recent runs."""
+    from celery_durable.cli.views import fates, run_json, run_rows, run_state
 
     current = session()
     view = require(schedule_id)
     zone = display_zone(view, current.app)
     coming = upcoming(view, count)
+    global_windows = current.durable.blackouts.get()
+    fated = fates(view, coming, global_windows)
     api: Any = current.durable.schedules  # its ``list`` method confuses mypy's view of list[]
     recent = list(api.runs(schedule_id, limit=run_count or None))[:run_count]
     statuses = {r.run_id: run_state(current.durable, r) for r in recent}
     if current.json:
         data = schedule_json(view, current.app, current.durable.now())
-        data["upcoming"] = [{"due": utc_json(d), "due_local": local_json(d, zone)} for d in coming]
+        data["global_blackouts"] = [w.describe() for w in global_windows]
+        data["upcoming"] = [
+            {
+                "due": utc_json(f.due),
+                "due_local": local_json(f.due, zone),
+                "runs": f.starts is not None,
+                "starts": utc_json(f.starts),
+                "blackout": f.blackout,
+            }
+            for f in fated
+        ]
         data["recent_runs"] = [run_json(r, statuses[r.run_id], zone) for r in recent]
         emit_json(data)
         return
@@ -179,8 +196,9 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
                 ("Start deadline", _span(view.start_deadline)),
                 ("Jitter", _span(view.jitter)),
                 ("Catch-up window", _span(view.catch_up_window)),
-                ("Blackouts", "; ".join(f"[{w.describe()}]" for w in view.blackouts) or None),
-                ("On blackout", view.on_blackout.value if view.blackouts else None),
+                ("Blackouts", _windows_text(view.blackouts)),
+                ("Global blackouts", _windows_text(global_windows)),
+                ("On blackout", view.on_blackout.value),  # it governs the global windows too
                 ("Next run", _next_run(view, zone)),
                 ("Input", _json_text(view.input)),
                 ("Options", options),
@@ -194,20 +212,38 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
     )
     if coming:
         echo("\nNext due times")
-        rows = [(utc_text(d), local_text(d, zone)) for d in coming]
-        echo(table(("UTC", "LOCAL"), rows))
+        if any(f.moved for f in fated):  # P4: say which ones a window skips or moves
+            marked = [(utc_text(f.due), local_text(f.due, zone), _fate_text(f)) for f in fated]
+            echo(table(("UTC", "LOCAL", "BLACKOUT"), marked))
+        else:
+            echo(table(("UTC", "LOCAL"), [(utc_text(d), local_text(d, zone)) for d in coming]))
     if recent:
         echo("\nRecent runs")
         echo(run_rows(recent, statuses, {view.id: zone}, with_schedule=False))
 
 
-def _next_run(view: Any, zone: str) -> str | None:
-    """When the next run really starts (P4), shown when a blackout moves it off next_due."""
-    if view.next_run == view.next_due:
-        return None
+def _next_run(view: Any, zone: str) -> str:
+    """When the next run is really sent: blackout windows (P4) and jitter (P2) considered."""
     if view.next_run is None:
-        return "none within the next due times (blackout windows skip them)"
-    return f"{utc_text(view.next_run)}  ({local_text(view.next_run, zone)})  after a blackout"
+        if view.next_due is None:
+            return "none"
+        return "none within the next 1000 due times (blackout windows skip them)"
+    return f"{utc_text(view.next_run)}  ({local_text(view.next_run, zone)})"
+
+
+def _windows_text(windows: Any) -> str | None:
+    return "; ".join(f"[{w.describe()}]" for w in windows) or None
+
+
+def _fate_text(fate: Any) -> str:
+    """What a blackout does to one coming due time (empty when it does nothing)."""
+    if not fate.moved:
+        return ""
+    if fate.missed:
+        return f"missed: moved past its start deadline by {fate.blackout}"
+    if fate.starts is None:
+        return f"skipped: {fate.blackout}"
+    return f"runs {utc_text(fate.starts)}: {fate.blackout}"
 
 
 def _span(value: Any) -> str | None:

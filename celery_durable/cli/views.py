@@ -91,6 +91,18 @@ def upcoming(view: Any, count: int) -> list[datetime]:
     return found
 
 
+def fates(view: Any, dues: list[datetime], global_windows: Any) -> list[Any]:
+    """What becomes of each of ``dues`` under the schedule's own and the global windows
+    (P4; jitter and start deadline considered, one run per blackout)."""
+    from celery_durable.core.blackout_plan import fates as plan
+    from celery_durable.core.blackouts import OnBlackout
+
+    defer = view.on_blackout is OnBlackout.DEFER
+    windows = (*view.blackouts, *global_windows)
+    timing = {"jitter": view.jitter, "deadline": view.start_deadline}
+    return list(plan(view.id, dues, windows, defer=defer, **timing))
+
+
 def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
     """One word for a run: the schedule's word until a durable run's row says more."""
     if view is not None and view.state in NOT_STARTED:

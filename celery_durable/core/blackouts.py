@@ -5,14 +5,18 @@ or ``Crontab`` start rule (R7 applies to that start) and stays open for a wall-c
 ``duration`` in the start's zone — or a fixed UTC range. A window covers ``[start, end)``:
 a due time at its start is inside, one at its end is not.
 
-What a schedule does with a due time inside a window is its ``on_blackout`` choice: skip it
-(recorded as skipped with the reason ``blackout <name>``) or defer it (one run, sent when the
-blackout ends). The aggregate asks :func:`blocking`; the global windows of the journal are
-passed in, as the clock is.
+What a schedule does with a run that would start inside a window is its ``on_blackout``
+choice: skip it (recorded as skipped with the reason ``blackout <name>``) or defer it (one
+run, sent when the blackout ends). The aggregate asks :func:`blocking`; the global windows of
+the journal are passed in, as the clock is. Beside this module: ``blackout_plan.py`` (the due
+time and the send moment are both checked: no run starts inside a window), ``blackout_text.py``
+(the text form the CLI and the admin read and show) and ``global_blackouts.py`` (the global
+windows' stream).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,7 +25,6 @@ from typing import Any
 
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.ids import check_text, first_control
-from celery_durable.core.journal import NewEvent, StoredEvent
 from celery_durable.core.rules import Cron, Crontab, Daily, Weekly, rule_from_json
 from celery_durable.core.rules._base import UTC, _check_instant, _check_zone, _resolve, _zone
 from celery_durable.errors import InvalidSchedule
@@ -63,6 +66,17 @@ class OnBlackout(str, Enum):
         )
 
 
+def _breaks_line(text: str) -> bool:
+    """A line or paragraph separator (U+2028, U+2029): a window is one line of text."""
+    return any(unicodedata.category(c) in ("Zl", "Zp") for c in text)
+
+
+def _length(span: timedelta) -> str:
+    if abs(span) >= timedelta(days=1):
+        return f"{span / timedelta(days=1):.1f} days"
+    return f"{span.total_seconds():g} s"
+
+
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "…"
@@ -80,6 +94,8 @@ class Blackout:
 
     >>> Blackout("backups", "0 2 * * *", timedelta(hours=2), zone="Europe/Oslo").describe()
     'backups;cron 0 2 * * *;2h;Europe/Oslo'
+
+    A name cannot hold ``;`` (the separator of the text form).
     """
 
     name: str
@@ -89,10 +105,16 @@ class Blackout:
 
     def __post_init__(self) -> None:
         name = check_text(self.name, "blackout name", max_length=MAX_NAME_LENGTH)
-        if name != name.strip() or first_control(name) is not None:
+        if name != name.strip() or first_control(name) is not None or _breaks_line(name):
             raise InvalidSchedule(
-                f"blackout name {_shown(name)} has leading or trailing whitespace or a "
-                "control character",
+                f"blackout name {_shown(name)} has leading or trailing whitespace, a "
+                "control character or a line break",
+                field="blackout.name",
+            )
+        if ";" in name:  # the text form separates its parts with ";" (blackout_text.py)
+            raise InvalidSchedule(
+                f"blackout name {_shown(name)} holds ';', which separates the parts of a "
+                "window's text form",
                 field="blackout.name",
             )
         where = f"blackout {name!r}"
@@ -104,13 +126,19 @@ class Blackout:
             )
         if not isinstance(duration, timedelta):
             duration = timedelta(seconds=duration)
+        start, zone = self.start, self.zone
         if not timedelta(0) < duration <= MAX_DURATION:
+            if isinstance(start, datetime):  # Blackout.between: the range's end minus its start
+                raise InvalidSchedule(
+                    f"{where}: a fixed range must end after it starts and span at most 366 "
+                    f"days, not {_length(duration)}",
+                    field="blackout.end",
+                )
             raise InvalidSchedule(
                 f"{where}: duration must be more than 0 s and at most 366 days, "
-                f"not {duration.total_seconds():g} s",
+                f"not {_length(duration)}",
                 field="blackout.duration",
             )
-        start, zone = self.start, self.zone
         if isinstance(start, str):
             start = Cron(start, "UTC" if zone is None else zone)
         if isinstance(start, datetime):
@@ -234,11 +262,12 @@ class Blackout:
         return cls(data["name"], start=rule, duration=timedelta(seconds=data["seconds"]))
 
     def describe(self) -> str:
-        """The command-line form: ``NAME;cron EXPR;DURATION;ZONE`` or ``NAME;FROM;UNTIL``."""
-        start = self.start
-        if isinstance(start, datetime):
-            return f"{self.name};{_z(start)};{_z(start + self.duration)}"
-        return f"{self.name};{_start_text(start)};{_span(self.duration)};{start.zone}"
+        """The text form, ``NAME;cron EXPR;DURATION;ZONE`` or ``NAME;FROM;UNTIL``: what the
+        CLI and the admin show and read back unchanged
+        (:func:`~celery_durable.core.blackout_text.parse_window` is its inverse)."""
+        from celery_durable.core.blackout_text import describe_window
+
+        return describe_window(self)
 
     def __str__(self) -> str:
         return self.describe()
@@ -249,100 +278,6 @@ class Blackout:
         return (
             f"Blackout({self.name!r}, start={shown}, duration={self.duration.total_seconds():g}s)"
         )
-
-
-_FORMS = "NAME;daily HH:MM|weekly DAYS@HH:MM|cron EXPR;DURATION[;ZONE] or NAME;FROM;UNTIL"
-_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-
-
-def parse_window(text: str, what: str = "blackout") -> Blackout:
-    """A window from its text form, the inverse of :meth:`Blackout.describe` (the CLI's
-    ``--blackout`` and the admin's field): ``NAME;cron EXPR;DURATION[;ZONE]``, ``NAME;daily
-    HH:MM;…``, ``NAME;weekly DAYS@HH:MM;…`` (days ``sat,sun`` or ``mon-fri``; zone UTC when
-    left out) or ``NAME;FROM;UNTIL`` (ISO 8601 instants with ``Z`` or an offset)."""
-    from celery_durable.core.limits import parse_duration
-
-    parts = [part.strip() for part in text.split(";")] if isinstance(text, str) else []
-    if len(parts) not in (3, 4):
-        raise InvalidSchedule(f"{what}: {_shown(text)} is not {_FORMS}", field="blackouts")
-    name, start, rest = parts[0], parts[1], parts[2:]
-    kind, _, spec = start.partition(" ")
-    kind = kind.lower()
-    if kind not in ("daily", "weekly", "cron"):
-        if len(rest) != 1:
-            raise InvalidSchedule(
-                f"{what}: a fixed range is NAME;FROM;UNTIL (no zone: give offsets)",
-                field="blackouts",
-            )
-        return Blackout.between(name, _instant(start, what), _instant(rest[0], what))
-    zone = rest[1] if len(rest) == 2 else "UTC"
-    try:
-        span = parse_duration(rest[0])
-    except ValueError as exc:
-        raise InvalidSchedule(f"{what} duration: {exc}", field="blackouts") from None
-    rule: StartRule
-    if kind == "daily":
-        rule = Daily(spec.strip(), zone)
-    elif kind == "weekly":
-        days, sep, at = spec.partition("@")
-        if not sep:
-            raise InvalidSchedule(f"{what}: {_shown(spec)} is not DAYS@HH:MM", field="blackouts")
-        rule = Weekly(_days(days, what), at.strip(), zone)
-    else:
-        rule = Cron(spec.strip(), zone)
-    return Blackout(name, start=rule, duration=span)
-
-
-def _instant(text: str, what: str) -> datetime:
-    value = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidSchedule(
-            f"{what}: {_shown(text)} is not an ISO 8601 instant (e.g. 2026-12-24T18:00Z)",
-            field="blackouts",
-        ) from None
-    return _check_instant(what, moment)
-
-
-def _days(text: str, what: str) -> list[str]:
-    days: list[str] = []
-    for item in text.split(","):
-        first, dash, last = item.strip().lower().partition("-")
-        if not dash:
-            days.append(first)
-            continue
-        if first[:3] not in _DAYS or last[:3] not in _DAYS:
-            raise InvalidSchedule(f"{what}: {_shown(item)} is not a range of days (mon-fri)")
-        days.extend(_DAYS[_DAYS.index(first[:3]) : _DAYS.index(last[:3]) + 1])
-    return days
-
-
-def _z(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
-
-
-def _start_text(rule: StartRule) -> str:
-    if isinstance(rule, Daily):
-        return f"daily {rule.at.isoformat(timespec='minutes')}"
-    if isinstance(rule, Weekly):
-        days = ",".join(day.name[:3].lower() for day in rule.days)
-        return f"weekly {days}@{rule.at.isoformat(timespec='minutes')}"
-    if isinstance(rule, Cron):
-        return f"cron {rule.expr}"
-    return rule.describe()
-
-
-def _span(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    if seconds != span.total_seconds():
-        return f"{span.total_seconds():g}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,18 +306,12 @@ def blocking(due: datetime, windows: Sequence[Blackout]) -> Blocked | None:
     first: Blackout | None = None
     moment = due
     for _ in range(_CHAIN):
-        ends = []
-        for window in windows:
-            end = window.covering(moment)
-            if end is not None:
-                ends.append(end)
-                if first is None:
-                    first = window
-        if not ends:
+        covering = [(w, end) for w in windows if (end := w.covering(moment)) is not None]
+        if not covering:
             return None if first is None else Blocked(window=first, ends=moment)
-        moment = max(ends)
-    assert first is not None
-    return Blocked(window=first, ends=None)
+        first = first or covering[0][0]
+        moment = max(end for _, end in covering)
+    return Blocked(window=first or windows[0], ends=None)
 
 
 def check_windows(windows: object, what: str = "blackouts") -> tuple[Blackout, ...]:
@@ -418,43 +347,12 @@ def windows_from_json(data: object) -> tuple[Blackout, ...]:
     return tuple(Blackout.from_json(item) for item in data)
 
 
-# The global windows: one stream of the journal -------------------------------------------
-
-GLOBAL_STREAM = "settings/blackouts"
-"""The journal stream of the global windows (a persistent contract, §9)."""
-
-SET_EVENT = "BlackoutsSet"
-"""Its one event type: the whole list as it is from then on (format ``"v": 1``)."""
-
-
-def set_event(
-    windows: Sequence[Blackout], at: datetime, by: str | None, reason: str | None
-) -> NewEvent:
-    """The event that makes ``windows`` the global list."""
-    data: dict[str, Any] = {"v": 1, "at": time_to_json(at), "blackouts": windows_to_json(windows)}
-    data.update({k: v for k, v in (("by", by), ("reason", reason)) if v is not None})
-    return NewEvent(type=SET_EVENT, data=data)
-
-
-def global_windows(events: Sequence[StoredEvent]) -> tuple[Blackout, ...] | None:
-    """The list the newest ``BlackoutsSet`` among ``events`` holds; ``None`` when there is none."""
-    for event in reversed(events):
-        if event.type == SET_EVENT:
-            return windows_from_json(event.data.get("blackouts"))
-    return None
-
-
 __all__ = [
-    "GLOBAL_STREAM",
-    "SET_EVENT",
     "Blackout",
     "Blocked",
     "OnBlackout",
     "blocking",
     "check_windows",
-    "global_windows",
-    "parse_window",
-    "set_event",
     "windows_from_json",
     "windows_to_json",
 ]

@@ -46,9 +46,10 @@ class ScheduleView:
     on_blackout: OnBlackout = OnBlackout.SKIP
     """P4: what a due time inside a window (its own or a global one) does."""
     next_run: datetime | None = None
-    """P4: when the next run will really be sent: ``next_due`` unless it falls inside a
-    blackout window, then the next due time outside one (``skip``) or the moment the
-    blackout is over (``defer``)."""
+    """P4: when the next run will really be sent: a decided run still waiting to be sent, else
+    the first due time whose run no blackout window skips, at its send moment (plus its jitter
+    offset, P2; or the end of the blackout that defers it). ``next_due`` for a schedule
+    without windows and jitter."""
 
     def waiting_since(self, now: datetime) -> datetime | None:
         """The due time this schedule has waited on since, at ``now`` (O4); ``None``: none.

@@ -11,12 +11,19 @@ exceed the cursor, so a due time after it has never been decided and never will 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core import catchup
+from celery_durable.core.blackout_plan import (
+    at_send,
+    deferred_to,
+    fates,
+    send_now_or_later,
+    sent_at,
+)
 from celery_durable.core.blackouts import Blackout, OnBlackout, blocking
 from celery_durable.core.codec import (
     canonical,
@@ -27,10 +34,11 @@ from celery_durable.core.codec import (
 )
 from celery_durable.core.ids import run_id
 from celery_durable.core.policies import Overlap, jitter_offset
-from celery_durable.core.rules import LiveSchedules, Once
+from celery_durable.core.rules import LiveSchedules, Once, Rule
 from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
+    RunDeferred,
     RunEndReported,
     RunFailedToStart,
     RunMissed,
@@ -161,30 +169,52 @@ class ScheduleState:
     def next_run(
         self, blackouts: tuple[Blackout, ...] = (), live: LiveSchedules | None = None
     ) -> datetime | None:
-        """When the next run of the rule will really be sent, blackouts (P4) considered.
+        """When the next run will really be sent, blackouts (P4) and jitter (P2) considered.
 
-        A due time inside a window is passed over (``skip``) or sent when the blackout is
-        over (``defer``). ``None`` as for :meth:`next_due`, or when the next
-        :data:`NEXT_RUN_LOOKAHEAD` due times all fall inside windows that skip them.
+        The earliest of: a decided run waiting to be sent (a held one excepted: it waits for
+        the running one to end), and the first due time of the rule whose run a window leaves
+        alone or only moves (:func:`~.blackout_plan.fate`). ``None`` as for :meth:`next_due`,
+        or when the next :data:`NEXT_RUN_LOOKAHEAD` due times all fall where they are skipped.
         """
+        content = self.content
+        if content is None:
+            return None
+        windows = _windows(content, blackouts)
+        defer = content.on_blackout is OnBlackout.DEFER
+        moments = [
+            moment
+            for p in self.pending
+            if not p.held
+            and (moment := sent_at(p, windows, defer=defer)) is not None
+            and (p.deadline is None or moment < p.deadline)
+        ]
+        timing = content.timing
+        for found in fates(
+            self.schedule_id,
+            self._coming(content.rule, live),
+            windows,
+            defer=defer,
+            jitter=timing.jitter,
+            deadline=timing.start_deadline,
+            taken=deferred_to(self.pending, windows),
+        ):
+            if moments and found.due >= min(moments):
+                break
+            if found.starts is not None:
+                moments.append(found.starts)
+                break
+        return min(moments, default=None)
+
+    def _coming(self, rule: Rule, live: LiveSchedules | None) -> Iterator[datetime]:
+        """The rule's next :data:`NEXT_RUN_LOOKAHEAD` due times from :meth:`next_due`."""
         due = self.next_due(live)
-        if due is None or self.content is None:
-            return due
-        windows = _windows(self.content, blackouts)
-        rule = self.content.rule
         for _ in range(NEXT_RUN_LOOKAHEAD):
-            blocked = blocking(due, windows) if windows else None
-            if blocked is None:
-                return due
-            if self.content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
-                return blocked.ends
+            if due is None:
+                return
+            yield due
             if isinstance(rule, Once):
-                return None
-            following = rule.next_after(due, anchor=self.anchor, live=live)
-            if following is None:
-                return None
-            due = following
-        return None
+                return
+            due = rule.next_after(due, anchor=self.anchor, live=live)
 
     def _budget_spent(self) -> bool:
         assert self.content is not None
@@ -365,9 +395,16 @@ class MarkStarted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MarkFailedToStart:
+    """A decided run that can never start (D5).
+
+    ``sent``: recorded by the worker that received the run's message (a durable run whose
+    secret input cannot be read, P5), although the aggregate no longer tracks a sent run.
+    """
+
     due: datetime
     error: str
     now: datetime
+    sent: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -486,7 +523,7 @@ def decide(state: ScheduleState, command: Command) -> list[ScheduleEvent]:
             return []
         return [RunSent(at=command.now, due=command.due)]
     if isinstance(command, MarkFailedToStart):
-        if _pending(state, command.due) is None:
+        if not command.sent and _pending(state, command.due) is None:
             return []
         return [RunFailedToStart(at=command.now, due=command.due, error=command.error)]
     if isinstance(command, MarkMissed):
@@ -594,12 +631,22 @@ def _decide_due(
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
-    return [*missed, *_decide_new(state, now, live, blackouts)]
+    held_back = []
+    if state.content is not None and state.pending:
+        windows, defer = _windows(state.content, blackouts), _defers(state.content)
+        held_back = send_now_or_later(state.sendable(), now, windows, defer=defer)
+    if held_back:
+        state = fold_all(state, held_back)
+    return [*missed, *held_back, *_decide_new(state, now, live, blackouts)]
 
 
 def _windows(content: Content, blackouts: tuple[Blackout, ...]) -> tuple[Blackout, ...]:
     """The windows a schedule honours: its own first, then the global ones (P4)."""
     return (*content.blackouts, *blackouts) if content.blackouts else blackouts
+
+
+def _defers(content: Content) -> bool:
+    return content.on_blackout is OnBlackout.DEFER
 
 
 def _decide_new(
@@ -621,9 +668,14 @@ def _decide_new(
         # R5: a past `at` runs at the next tick whatever the catch-up policy.
         if due is None or due > now:
             return []
-        blocked = blocking(due, _windows(content, blackouts))
+        windows = _windows(content, blackouts)
+        blocked = blocking(due, windows)
         if blocked is None:
-            return _decided_or_missed(state, content, due, now)
+            defer = content.on_blackout is OnBlackout.DEFER
+            return [
+                at_send(e, now, windows, defer)
+                for e in _decided_or_missed(state, content, due, now)
+            ]
         if content.on_blackout is OnBlackout.DEFER and blocked.ends is not None:
             until = (blocked.window.name, blocked.ends)
             return _decided_or_missed(state, content, due, now, until)
@@ -653,27 +705,26 @@ def _decide_new(
     deadline = content.timing.start_deadline
     windows = _windows(content, blackouts)
     defer = content.on_blackout is OnBlackout.DEFER
-    # P4: the blackouts a deferred run already waits for the end of (one run per blackout).
-    deferred_to = {
-        blocked.ends
-        for p in state.pending
-        if p.blackout is not None and (blocked := blocking(p.due, windows)) is not None
-    }
+    waiting_ends = deferred_to(state.pending, windows)
     for due in runs:
         blocked = blocking(due, windows) if windows else None
         deferred: tuple[str, datetime] | None = None
         if blocked is not None:
-            if not defer or blocked.ends is None or blocked.ends in deferred_to:
+            if not defer or blocked.ends is None or blocked.ends in waiting_ends:
                 events.append(RunSkipped(at=now, due=due, reason=blocked.reason))
                 continue
             deferred = (blocked.window.name, blocked.ends)
-            deferred_to.add(blocked.ends)
+            waiting_ends.add(blocked.ends)
         if deadline is not None and due + deadline <= now:
             # A missed run keeps no slot busy: the next due time may still be sent.
             events.extend(_decided_or_missed(state, content, due, now, deferred))
             continue
         if content.overlap is Overlap.ALLOW or not busy:
-            events.append(_decided(state, content, due, now, "rule", deferred=deferred))
+            decided = _decided(state, content, due, now, "rule", deferred=deferred)
+            event = at_send(decided, now, windows, defer)
+            events.append(event)
+            if isinstance(event, RunSkipped):
+                continue  # skipped at its send moment: it holds no slot
         elif content.overlap is Overlap.BUFFER_ONE and not buffered:
             events.append(_decided(state, content, due, now, "rule", held=True, deferred=deferred))
             buffered = True
@@ -781,7 +832,11 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
             running = (*running, event.due)
         return dict(pending=tuple(p for p in state.pending if p.due != event.due), running=running)
     if isinstance(event, RunFailedToStart):
-        return dict(pending=tuple(p for p in state.pending if p.due != event.due))
+        # A worker may record a sent run that could not start (P5): it ends no tracked run.
+        return dict(
+            pending=tuple(p for p in state.pending if p.due != event.due),
+            running=tuple(t for t in state.running if t != event.due),
+        )
     if isinstance(event, RunMissed):
         return dict(
             pending=tuple(p for p in state.pending if p.due != event.due),
@@ -790,7 +845,18 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
     if isinstance(event, RunEndReported):
         return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
-        return dict(cursor=_later(state.cursor, event.due))
+        # A decided run skipped at its send moment (P4) leaves the runs waiting to be sent.
+        left = tuple(p for p in state.pending if p.due != event.due)
+        return dict(cursor=_later(state.cursor, event.due), pending=left)
+    if isinstance(event, RunDeferred):
+        return dict(
+            pending=tuple(
+                replace(p, send_at=event.until, blackout=event.blackout)
+                if p.due == event.due
+                else p
+                for p in state.pending
+            )
+        )
     if isinstance(event, RunsMissed):
         return dict(cursor=_later(state.cursor, event.through))
     return {}

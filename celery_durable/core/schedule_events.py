@@ -182,12 +182,30 @@ class RunSent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSkipped:
-    """A due time that will not run (overlap policy)."""
+    """A due time that will not run: the overlap policy (D7), or a blackout window (P4).
+
+    Usually the due time was never decided. A decided run still unsent when its send moment
+    falls inside a blackout window (P4, ``skip``) is skipped too: the event then also removes
+    it from the runs waiting to be sent.
+    """
 
     TYPE: ClassVar[str] = "RunSkipped"
     at: datetime
     due: datetime
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDeferred:
+    """P4, ``on_blackout="defer"``: a decided run whose send moment fell inside a blackout
+    window waits until ``until``, the end of that blackout, to be sent (no run starts inside
+    a window). Its due time was outside every window, or it was deferred once already."""
+
+    TYPE: ClassVar[str] = "RunDeferred"
+    at: datetime
+    due: datetime
+    until: datetime
+    blackout: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,13 +265,14 @@ ScheduleEvent = (
     | RunDecided
     | RunSent
     | RunSkipped
+    | RunDeferred
     | RunFailedToStart
     | RunMissed
     | RunsMissed
     | RunEndReported
 )
 
-_TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline", "since"})
+_TIME_FIELDS = frozenset({"at", "due", "through", "send_at", "deadline", "since", "until"})
 _OPTIONAL_FIELDS = frozenset({"send_at", "deadline", "reason", "by", "note", "since", "blackout"})
 """Fields added after format 1 was first written: left out of the JSON when ``None`` (§9)."""
 
@@ -339,6 +358,7 @@ _RUN_RECORDS = (
     RunDecided,
     RunSent,
     RunSkipped,
+    RunDeferred,
     RunFailedToStart,
     RunMissed,
     RunsMissed,

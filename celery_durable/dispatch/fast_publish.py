@@ -31,7 +31,7 @@ from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.utils.saferepr import saferepr
 
-from celery_durable.message import Message
+from celery_durable.message import SHOWN_ARGS_RECEIVER, Message
 
 FAST_OPTIONS = frozenset(
     (
@@ -88,7 +88,7 @@ class FastPath:
         if conf.task_always_eager or conf.task_send_sent_event or conf.task_protocol != 2:
             return False
         if (
-            signals.before_task_publish.receivers
+            _others(signals.before_task_publish.receivers)
             or signals.after_task_publish.receivers
             or signals.task_sent.receivers
         ):
@@ -176,6 +176,12 @@ class FastPath:
             ignore_result=bool(message.options.get("ignore_result", task.ignore_result)),
             repr_size=(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels),
         )
+
+
+def _others(receivers: Any) -> bool:
+    """Receivers other than the library's own secret masking (it changes only messages with
+    secret arguments, which never take the fast path: their ``argsrepr`` option)."""
+    return any(key[0] != SHOWN_ARGS_RECEIVER for key, _ in receivers)
 
 
 def fits(task: Any, options: Mapping[str, Any]) -> bool:

@@ -43,7 +43,7 @@ from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import events as events_table
 from celery_durable.store.journal.schema import runs as runs_table
 from celery_durable.store.journal.sql import SqlJournal
-from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, MISSED
+from celery_durable.store.runs import CANCELLED, FAILED_TO_START, FAULTED, FINISHED, MISSED
 from celery_durable.store.snapshots import SnapshotStore
 
 __all__ = ["DEFAULT_BATCH", "LATE", "PruneProgress", "PruneReport", "Pruner", "TailMemory"]
@@ -60,7 +60,7 @@ after downtime, the end of a long run): a pass finds it by the tail scan, not th
 TAIL_MEMORY = 100_000
 """Late records a :class:`TailMemory` keeps at most (about 100 bytes each)."""
 
-OVER = (FINISHED, FAULTED, CANCELLED, MISSED)
+OVER = (FINISHED, FAULTED, CANCELLED, MISSED, FAILED_TO_START)
 """Statuses of a durable run that has an outcome."""
 
 

@@ -40,8 +40,20 @@ FAULTED = "faulted"
 CANCELLED = "cancelled"
 PARKED = "parked"
 MISSED = "missed"
+FAILED_TO_START = "failed_to_start"
+"""A durable run whose start the worker refused: a secret input it cannot read (P5, D5)."""
 """Never started: its start deadline passed before a worker began it (P1)."""
-STATUSES = (QUEUED, RUNNING, SUSPENDED, FINISHED, FAULTED, CANCELLED, PARKED, MISSED)
+STATUSES = (
+    QUEUED,
+    RUNNING,
+    SUSPENDED,
+    FINISHED,
+    FAULTED,
+    CANCELLED,
+    PARKED,
+    MISSED,
+    FAILED_TO_START,
+)
 """The values of the ``status`` column (a persistent contract)."""
 
 ACTIVE = (QUEUED, RUNNING)
@@ -171,7 +183,12 @@ class RunStore:
         yet (the dispatcher records a sent run just after sending; its insert then leaves
         this row alone). ``False`` when the run had started or was ended already.
         """
-        values = {"status": MISSED, "owner": None, "lease_until": None, "wake_at": None}
+        return self.mark_unstarted(run_id, task, now, MISSED)
+
+    def mark_unstarted(self, run_id: str, task: str, now: datetime, status: str) -> bool:
+        """End the row of a durable run that will never start with ``status`` (``missed``,
+        P1; ``failed_to_start``, P5): as :meth:`mark_missed`, whose return it shares."""
+        values = {"status": status, "owner": None, "lease_until": None, "wake_at": None}
         self.journal.ensure_ready()
         with self.journal.transaction() as conn:
             result = conn.execute(

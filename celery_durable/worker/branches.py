@@ -57,6 +57,7 @@ from celery_durable.core.branches import (
 from celery_durable.core.run_aggregate import STEP_COMPLETED, Position, PositionId
 from celery_durable.errors import DurableError
 from celery_durable.worker.context import RunContext, Suspend, current_run
+from celery_durable.worker.traced import branch_span, traced
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -257,7 +258,8 @@ def _start(
         view = BranchRun(_root(call.scope), call, index)
         token = view.activate()
         try:
-            value = branch()
+            with branch_span(view, view.prefix):
+                value = branch()
         except Abandoned:
             raise
         except BaseException as exc:
@@ -303,6 +305,7 @@ def _run_all(
     return _outcome(futures)
 
 
+@traced("parallel")
 def parallel(*branches: Callable[[], Any]) -> list[Any]:
     """Run ``branches`` (callables without arguments) together; their results in order (W9).
 
@@ -314,6 +317,7 @@ def parallel(*branches: Callable[[], Any]) -> list[Any]:
     return _run_all(current_run(), PARALLEL, checked, min(len(checked), MAX_THREADS) or 1)
 
 
+@traced("gather")
 def gather(fn: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS) -> list[R]:
     """``fn(item)`` for every item, at most ``at_most`` at a time; results in item order (W9)."""
     if not callable(fn):
@@ -324,6 +328,7 @@ def gather(fn: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS)
     return _run_all(current_run(), GATHER, branches, min(limit, len(values)) or 1)
 
 
+@traced("race")
 def race(*branches: Callable[[], Any]) -> Any:
     """The result (or the failure) of the first of ``branches`` to end; the others are
     abandoned: none of their steps starts or is stored any more (W9). The winner is stored,

@@ -61,6 +61,7 @@ from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED
 from celery_durable.worker.context import Changed, RunContext, Suspend, current_run
 from celery_durable.worker.steps import cancelled, step_failed
+from celery_durable.worker.traced import traced
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -198,6 +199,18 @@ def _send_unsent(run: RunContext, children: list[str]) -> None:
         _send(run.runtime, resends)
 
 
+def _task_name(_runtime: Any, task: Any, *_: Any, **__: Any) -> str:
+    """The name a child-run span carries: the child's task."""
+    return str(getattr(task, "name", task))
+
+
+def _child_at(run: RunContext, _runtime: Any, handle: Any) -> tuple[Any, Any]:
+    """The position and record of the child ``wait_child`` waits for (its span's place)."""
+    position = child_position(run.run_id, getattr(handle, "run_id", ""))
+    return position, None if position is None else run.state.positions.get(position)
+
+
+@traced(CHILD, name=_task_name)
 def start_child(
     runtime: Runtime, task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> ChildHandle:
@@ -220,6 +233,7 @@ def start_child(
     return ChildHandle(rid)
 
 
+@traced(CHILD, at=_child_at)
 def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
     """The result of a child started by this run, waiting for it durably (W10).
 
@@ -267,6 +281,7 @@ def child(runtime: Runtime, task: Any, args: tuple[Any, ...], kwargs: dict[str, 
     return wait_child(runtime, start_child(runtime, task, args, kwargs))
 
 
+@traced(CHILDREN, name=_task_name)
 def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: int) -> list[Any]:
     """One child run of ``task`` per input (``task(input)``), at most ``at_most`` started and
     not ended at a time; the results in input order (W11)."""

@@ -29,12 +29,18 @@ from celery_durable.core.run_aggregate import (
     on_delivery,
 )
 from celery_durable.errors import DurableError, JournalError, JournalUnavailable
-from celery_durable.message import PARENT_HEADER, message_json
+from celery_durable.message import PARENT_HEADER, message_json, unreadable_secret
+from celery_durable.secret_lookup import secret_lookup
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED
 from celery_durable.worker.context import RunContext, claim_row
 from celery_durable.worker.owners import owner_alive
-from celery_durable.worker.run_ends import MISSED_LATE_DELIVERY, past_deadline, record_missed
+from celery_durable.worker.run_ends import (
+    MISSED_LATE_DELIVERY,
+    past_deadline,
+    record_failed_to_start,
+    record_missed,
+)
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -94,6 +100,13 @@ def claimed(
         # P1: a run that has not started by its start deadline never starts.
         record_missed(runtime, task, task.request, MISSED_LATE_DELIVERY)
         return None
+    if not state.started:
+        # P5, D5: every secret of the input is read before the body runs; one that cannot be
+        # read fails the run's start (the body never sees a half-resolved input).
+        unreadable = unreadable_secret(args, secret_lookup(task.app))
+        if unreadable is not None:
+            record_failed_to_start(runtime, task, task.request, f"SecretUnavailable: {unreadable}")
+            return None
 
     def claim() -> tuple[bool, Ended | None]:
         """``(True, what to return)`` when this delivery is done, ``(False, None)`` once claimed."""

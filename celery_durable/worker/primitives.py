@@ -29,6 +29,7 @@ from celery_durable.core.run_aggregate import (
 from celery_durable.errors import DurableError
 from celery_durable.worker.context import Changed, RunContext, current_run
 from celery_durable.worker.steps import INLINE_WAIT, cancelled, step_failed
+from celery_durable.worker.traced import traced
 
 
 def _value(name: str, make: Callable[[], Any], decode: Callable[[Any], Any]) -> Any:
@@ -50,6 +51,7 @@ def _value(name: str, make: Callable[[], Any], decode: Callable[[Any], Any]) -> 
     return decode(value)
 
 
+@traced("now")
 def now() -> datetime:
     """The current time (aware UTC), stored on first use so that replay sees the same time."""
     run = current_run()
@@ -57,16 +59,19 @@ def now() -> datetime:
     return _value("now", lambda: time_to_json(clock()), time_from_json)
 
 
+@traced("uuid4")
 def uuid4() -> _uuid.UUID:
     """A random UUID, stored on first use."""
     return _value("uuid4", lambda: str(_uuid.uuid4()), _uuid.UUID)
 
 
+@traced("random")
 def random() -> float:
     """A random float in [0, 1), stored on first use."""
     return _value("random", _random.random, float)
 
 
+@traced("sleep")
 def sleep(duration: Seconds) -> None:
     """Sleep durably: the wake time is stored when the call is first reached (W4).
 
@@ -107,6 +112,7 @@ def sleep(duration: Seconds) -> None:
         raise cancelled(run, position, "sleep", "sleep") from None
 
 
+@traced("signal", name=lambda name, timeout=None: str(name))
 def wait_signal(name: str, timeout: Seconds | None = None) -> Any:
     """The payload of the oldest unconsumed signal called ``name``, waiting for one (W4).
 

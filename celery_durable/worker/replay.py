@@ -27,7 +27,9 @@ from celery_durable.core.journal import NewEvent
 from celery_durable.core.replay import Divergence, OldBranch, Step, first_divergence_at
 from celery_durable.core.run_aggregate import Position, PositionId, RunState, apply, fold
 from celery_durable.core.unit_of_work import SentRun
-from celery_durable.message import decode_args
+from celery_durable.errors import DurableError
+from celery_durable.message import decode_args, unreadable_secret
+from celery_durable.secret_lookup import secret_lookup
 from celery_durable.store.runs import RUNNING, SUSPENDED
 from celery_durable.worker.context import RunContext
 
@@ -43,6 +45,19 @@ LIVE = (SUSPENDED, RUNNING)
 
 class _Stop(BaseException):
     """The body left the stored path (or would store something): the replay ends here."""
+
+
+class CannotReplay(DurableError):
+    """A run this process cannot replay, for a reason that says nothing of the code: a secret
+    input (P5) that cannot be read here. Not a divergence (W6): the run was not checked."""
+
+    def __init__(self, run_id: str, task: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} ({task}): cannot replay: {reason}")
+        self.run_id, self.task, self.reason = run_id, task, reason
+
+    def to_json(self) -> dict[str, str]:
+        """The JSON form the CLI prints with ``--json``."""
+        return {"run_id": self.run_id, "task": self.task, "reason": self.reason}
 
 
 class ReplayContext(RunContext):
@@ -111,7 +126,8 @@ class ReplayContext(RunContext):
 
 def replay_run(runtime: Runtime, run_id: str) -> Divergence | None:
     """Replay one run (ended or still going) against the registered task's current body;
-    ``None`` when the body takes the stored path (so far, for a run still going)."""
+    ``None`` when the body takes the stored path (so far, for a run still going).
+    Raises :class:`CannotReplay` for a run whose secret input cannot be read here (P5)."""
     return replay_report(runtime, run_id)[0]
 
 
@@ -136,7 +152,12 @@ def replay_report(runtime: Runtime, run_id: str) -> tuple[Divergence | None, lis
             status=status,
         ), []
     context = ReplayContext(runtime, run_id, task_name, state)
-    args = decode_args(state.message.get("args") or [])
+    lookup = secret_lookup(runtime.app)  # P5: run.input reads env: and setting: as the worker
+    stored_args = state.message.get("args") or []
+    unreadable = unreadable_secret(stored_args, lookup)
+    if unreadable is not None:
+        raise CannotReplay(run_id, task_name, str(unreadable))
+    args = decode_args(stored_args, lookup)
     kwargs = dict(state.message.get("kwargs") or {})
     token = context.activate()
     ended = True
@@ -171,7 +192,8 @@ def _live_status(state: RunState) -> str:
 
 
 def check_runs(runtime: Runtime, **selection: Any) -> list[Divergence]:
-    """Replay the selected runs (see :func:`check_report`) and return every divergence (W6)."""
+    """Replay the selected runs (see :func:`check_report`) and return every divergence (W6).
+    Runs that cannot be replayed here are not divergences."""
     return check_report(runtime, **selection)[0]
 
 
@@ -212,15 +234,21 @@ def check_report(
     run_id: str | None = None,
     since: datetime | None = None,
     limit: int | None = None,
-) -> tuple[list[Divergence], list[OldBranch]]:
+) -> tuple[list[Divergence], list[OldBranch], list[CannotReplay]]:
     """Replay the selected runs (:func:`selected_runs`): every divergence (a run that would
-    park, W6) and every run that takes the old branch of a ``patched`` marker (W14)."""
+    park, W6), every run that takes the old branch of a ``patched`` marker (W14), and every
+    run that cannot be replayed here."""
     ids = selected_runs(runtime, schedule=schedule, run_id=run_id, since=since, limit=limit)
     found: list[Divergence] = []
     old: list[OldBranch] = []
+    cannot: list[CannotReplay] = []
     for rid in ids:
-        divergence, branches = replay_report(runtime, rid)
+        try:
+            divergence, branches = replay_report(runtime, rid)
+        except CannotReplay as exc:
+            cannot.append(exc)
+            continue
         if divergence is not None:
             found.append(divergence)
         old.extend(branches)
-    return found, old
+    return found, old, cannot

@@ -1,4 +1,5 @@
-"""Worker side of the schedule policies: tracked ends (D7) and missed start deadlines (P1).
+"""Worker side of the schedule policies: tracked ends (D7), missed start deadlines (P1) and
+durable runs that cannot start (D5: a secret input the worker cannot read, P5).
 
 The dispatcher marks a run's message with the header ``durable_track_end`` when the
 schedule's overlap policy is not ``ALLOW``. After such a task has run, a ``task_postrun``
@@ -21,11 +22,13 @@ from typing import Any
 from celery import signals
 
 from celery_durable.control import run_ended
+from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import parse_due
-from celery_durable.core.schedule_aggregate import MarkEnded, MarkMissed
+from celery_durable.core.schedule_aggregate import MarkEnded, MarkFailedToStart, MarkMissed
 from celery_durable.message import DEADLINE_HEADER, DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import ScheduleStore
+from celery_durable.store.runs import FAILED_TO_START
 
 log = logging.getLogger("celery_durable.ends")
 
@@ -95,6 +98,38 @@ def record_missed(runtime: Runtime, task: Any, request: Any, reason: str) -> boo
         log.exception("could not record the missed run %s of schedule %s", run_id, schedule_id)
         return False
     return True  # logged and signalled by the store (``signals.run_deadline_missed``)
+
+
+def record_failed_to_start(runtime: Runtime, task: Any, request: Any, error: str) -> bool:
+    """D5, P5: a durable run whose start the worker refuses (a secret input it cannot read)
+    is recorded as failed to start — its row ended, and ``RunFailedToStart`` on its schedule
+    when the message names one — and logged once with schedule, due time, task and the error
+    (which names the reference, never a value). Never raises; returns whether this call
+    recorded it (a second delivery of the message finds it recorded, and is silent).
+    """
+    schedule_id = header(request, SCHEDULE_HEADER)
+    due_text = header(request, DUE_HEADER)
+    run_id = str(getattr(request, "id", "") or "")
+    due = None
+    try:
+        if not runtime.runs.mark_unstarted(run_id, task.name, runtime.now(), FAILED_TO_START):
+            return False
+        if schedule_id and due_text:
+            due = parse_due(due_text)
+            runtime_due = due
+            ScheduleStore(runtime).execute(
+                schedule_id,
+                lambda now: MarkFailedToStart(due=runtime_due, error=error, now=now, sent=True),
+            )
+    except Exception:  # the worker goes on; the run stays "queued" and is sent again (D8)
+        log.exception("could not record that run %s cannot start", run_id)
+        return False
+    log.error(
+        "run %r of schedule %r (due %s, task %r) can never start: %s",
+        run_id, schedule_id, "-" if due is None else time_to_json(due), task.name, error,
+        extra={"schedule": schedule_id, "run_id": run_id, "due": due, "task": task.name},
+    )  # fmt: skip
+    return True
 
 
 def _on_postrun(

@@ -71,8 +71,12 @@ def make_step(
         found = tracing.tracer()
         if found is None:
             return run_step(run, stored_name, "step", policy, fun, args, kwargs)
-        with tracing.StepSpan(found, run, stored_name, "step") as span:
-            return run_step(run, stored_name, "step", policy, fun, args, kwargs, span)
+        # Traced: the position first, so that the span starts with all it says (replayed,
+        # attempt) and is never changed afterwards but by an inline retry.
+        reached = run.reach(stored_name, "step")
+        position, record = reached
+        with tracing.StepSpan(found, run.run_id, position, stored_name, "step", record) as span:
+            return run_step(run, stored_name, "step", policy, fun, args, kwargs, span, reached)
 
     step.__durable_step__ = stored_name  # type: ignore[attr-defined]
     step.retry_policy = policy  # type: ignore[attr-defined]
@@ -141,13 +145,12 @@ def run_step(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     span: Any = None,
+    reached: tuple[PositionId, Any] | None = None,
 ) -> Any:
-    """Replay or execute one step at the run's next position, marking its ``span`` if traced."""
-    position, record = run.reach(name, kind)
-    if span is not None and record is not None and record.status in ("completed", "failed"):
-        # A completed record counts the attempts that failed before the one that succeeded.
-        attempts = record.attempts + (record.status == "completed")
-        tracing.mark_step(span, attempts, replayed=True)
+    """Replay or execute one step at the run's next position (``reached``: the position and
+    its record, taken already by a traced caller); a traced ``span`` is told of inline
+    retries."""
+    position, record = run.reach(name, kind) if reached is None else reached
     if record is not None:
         if record.status == "completed":
             return record.result
@@ -177,10 +180,12 @@ def run_step(
     # Without a stored start, the first attempt's start is only needed if it fails: it is
     # then worked out from a monotonic clock instead of reading the clock before every step.
     began = time.monotonic()
+    shown = attempt  # the attempt the span started with (tracing.attempt_of)
     while True:
         run.step = StepContext(run.run_id, position, attempt, run.key(position), run.task)
-        if span is not None:
-            tracing.mark_step(span, attempt, replayed=False)
+        if span is not None and attempt != shown:
+            tracing.next_attempt(span, attempt)
+            shown = attempt
         run.notify("call", position, name)
         run.in_step = True
         try:

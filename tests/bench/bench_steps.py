@@ -61,7 +61,12 @@ class Crash(BaseException):
     """Stands for a worker killed after the body's last step (nothing stored for it)."""
 
 
-def build_app(url: str, synchronous: str) -> tuple[Durable, Any, Any, list[float]]:
+def build_app(
+    url: str, synchronous: str, around: dict[str, Any] | None = None
+) -> tuple[Durable, Any, Any, list[float]]:
+    """The app, its step task, the crash switch and the latencies list. ``around["span"]``,
+    when set, is called per step for a context manager to run the step in (bench_tracing's
+    in-situ floor: a bare SDK span around an untraced step)."""
     app = Celery(f"bench-{uuid.uuid4().hex[:6]}", broker="memory://")
     app.conf.durable_sqlite_synchronous = synchronous
     # The replay benchmark moves the clock past the crashed delivery's lease.
@@ -80,9 +85,14 @@ def build_app(url: str, synchronous: str) -> tuple[Durable, Any, Any, list[float
         pc = time.perf_counter
         lat = latencies
         acc = 0
+        wrap = None if around is None else around.get("span")
         for i in range(n):
             t = pc()
-            acc += work(i)
+            if wrap is None:
+                acc += work(i)
+            else:
+                with wrap(i):
+                    acc += work(i)
             lat.append(pc() - t)
         if crash["on"]:
             raise Crash()

@@ -8,6 +8,7 @@ may appear). The schedules are created by the test before beat starts.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from celery import Celery
@@ -34,6 +35,21 @@ def _write(run_id: str, text: str) -> None:
 @app.task(name="secret.plain", bind=True)
 def plain(self, token: str, *, region: str = "", setting: str = "") -> None:
     _write(self.request.id, f"{token}|{region}|{setting}")
+
+
+@app.task(name="secret.flaky", bind=True)
+def flaky(self, token: str) -> None:
+    """Fails once and retries (``Task.retry``: Celery publishes the message again)."""
+    if self.request.retries == 0:
+        raise self.retry(countdown=3)
+    _write(self.request.id + "-retried", token)
+
+
+@app.task(name="secret.slow", bind=True)
+def slow(self, token: str) -> None:
+    """Busy for a while, so that ``celery inspect active`` and ``reserved`` find it."""
+    time.sleep(2)
+    _write(self.request.id, token)
 
 
 @durable.task(name="secret.durable")

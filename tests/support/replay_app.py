@@ -93,6 +93,18 @@ def parent() -> list[str]:
     return [first, durable.child(kid)]
 
 
+@durable.step(name="measure")
+def measure(size: int) -> int:
+    CALLS.append("measure")
+    return size
+
+
+@durable.task(name="replay.secret")
+def secretive(run: ScheduledRun) -> int:
+    """Reads a secret input (P5): ``setting:REPLAY_TOKEN`` from the app's settings."""
+    return measure(len(run.input["token"]))
+
+
 def reset() -> Any:
     BODY.update(order="ab", patch="old", branches="ab", parent="a")
     CALLS.clear()

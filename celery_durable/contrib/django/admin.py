@@ -98,6 +98,11 @@ def late_text(view: ScheduleView, now: datetime, late_after: float) -> str | Non
     return f"due {waited:.0f} s ago" if waited > late_after else None
 
 
+def _no_run(view: ScheduleView) -> str:
+    """Why a schedule shows no next run: over, or every coming due time skipped (P4)."""
+    return "—" if view.next_due is None else "none (blackout windows skip the coming due times)"
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -246,6 +251,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return [
             path("", view(self.changelist_view), name=f"{prefix}_changelist"),
             path("add/", view(self.add_view), name=f"{prefix}_add"),
+            # The global blackout windows (P4): contrib/django/admin_blackouts.py.
+            path("blackouts/", view(self.blackouts_view), name=f"{prefix}_blackouts"),
             # A durable run's page (W13): its parent and children, linked both ways.
             path("run/<path:run_id>/", view(self.run_view), name=f"{prefix}_run"),
             # IDs may hold "/": the admin's quote() escapes it, and <path:> takes the rest.
@@ -317,8 +324,9 @@ class ScheduleAdmin(admin.ModelAdmin):
                 "origin_text": describe_origin(v.task, v.options),
                 "rule": breakable(v.rule.describe()),
                 "task": breakable(v.task),
-                "next_utc": utc_text(v.next_due),
-                "next_local": local_text(v.next_due),
+                # The next run that really starts: blackouts and jitter considered (P4, P2).
+                "next_utc": utc_text(v.next_run),
+                "next_local": local_text(v.next_run),
             }
             for v in page.object_list
         ]
@@ -460,7 +468,9 @@ class ScheduleAdmin(admin.ModelAdmin):
             rule=view.rule.describe(),
             next_utc=utc_text(view.next_due),
             next_local=local_text(view.next_due),
-            next_run_utc=utc_text(view.next_run) if view.next_run else "none (blackout windows)",
+            next_run_utc=utc_text(view.next_run) if view.next_run else _no_run(view),
+            next_run_local=local_text(view.next_run) if view.next_run else "—",
+            global_blackouts=[w.describe() for w in durable.blackouts.get()],
             anchor_utc=utc_text(view.anchor),
             timing=timing_text(view),
             created_utc=utc_text(view.created_at),
@@ -572,6 +582,12 @@ class ScheduleAdmin(admin.ModelAdmin):
     def _choices(durable: Durable) -> dict[str, Any]:
         tasks = sorted(name for name in durable.app.tasks if not name.startswith("celery."))
         return {"task_names": tasks, "zone_names": zone_names()}
+
+    def blackouts_view(self, request: HttpRequest) -> HttpResponse:
+        """The global blackout windows: show, set, clear (P4, O5)."""
+        from celery_durable.contrib.django.admin_blackouts import blackouts_view
+
+        return blackouts_view(self, request)
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._object_action(request, object_id, "pause")

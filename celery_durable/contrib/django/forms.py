@@ -17,7 +17,8 @@ from django import forms
 from django.conf import settings
 
 from celery_durable.core import limits
-from celery_durable.core.blackouts import Blackout, OnBlackout, parse_window
+from celery_durable.core.blackout_text import parse_window
+from celery_durable.core.blackouts import Blackout, OnBlackout
 from celery_durable.core.ids import check_schedule_id
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
@@ -158,6 +159,17 @@ def _text_area(label: str, help_text: str, initial: str = "") -> forms.CharField
     )
 
 
+def reason_field(kept_in: str) -> forms.CharField:
+    """The optional reason of a command, stored with the user's name (O5)."""
+    return forms.CharField(
+        label="Reason",
+        required=False,
+        max_length=1000,
+        help_text=f"Optional: why, kept in {kept_in} with your user name (O5).",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
+
+
 class ScheduleForm(forms.Form):
     """Create (``creating=True``) or change a schedule; :meth:`save` calls the library."""
 
@@ -269,13 +281,7 @@ class ScheduleForm(forms.Form):
         'input also takes "args": […] and "kwargs": {…} (a durable task gets its input only).',
         initial="{}",
     )
-    reason = forms.CharField(
-        label="Reason",
-        required=False,
-        max_length=1000,
-        help_text="Optional: why, kept in the schedule's history with your user name (O5).",
-        widget=forms.TextInput(attrs={"size": 60}),
-    )
+    reason = reason_field("the schedule's history")
 
     def __init__(self, *args: Any, creating: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -416,7 +416,8 @@ def ddl_notes(url: str) -> list[str]:
 
 #: One row per durable run: a summary of the stream ``run/<run_id>``, written in the same
 #: transaction as the run's claim, suspension and ending events (never on an ordinary step).
-#: ``status`` is one of queued, running, suspended, finished, faulted, cancelled, parked, missed;
+#: ``status`` is one of queued, running, suspended, finished, faulted, cancelled, parked, missed,
+#: failed_to_start;
 #: ``wake_at`` is when the dispatcher should send a suspended run again; ``message`` the JSON
 #: of the run's Celery message (args, kwargs, options) for that re-send.
 runs = Table(

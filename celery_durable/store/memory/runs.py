@@ -170,7 +170,12 @@ class MemoryRunTable:
 
     def mark_missed(self, run_id: str, task: str, now: datetime) -> bool:
         """End a queued (or unknown) run's row as missed (P1); whether this call ended it."""
-        values = {"status": MISSED, "owner": None, "lease_until": None, "wake_at": None}
+        return self.mark_unstarted(run_id, task, now, MISSED)
+
+    def mark_unstarted(self, run_id: str, task: str, now: datetime, status: str) -> bool:
+        """End a queued (or unknown) run's row with ``status`` (``missed``, P1;
+        ``failed_to_start``, P5); whether this call ended it."""
+        values = {"status": status, "owner": None, "lease_until": None, "wake_at": None}
         with self._lock:
             row = self._rows.get(run_id)
             if row is not None:
