@@ -536,6 +536,9 @@ def test_the_projects_app_uses_the_default_database_and_finds_its_tasks(
 
     from celery_durable.contrib.django import get_durable
 
+    # In the project's own process its app became Celery's current app when celery.py was
+    # imported; here other tests' apps may have become current since: as the project has it.
+    app.set_current()
     assert get_durable() is durable  # the project's app is Celery's current app
     assert durable.config.url == f"sqlite:///{settings.DATABASES['default']['NAME']}"
     assert {"shop.send_report", "shop.nightly_backup"} <= set(app.tasks)  # autodiscovered

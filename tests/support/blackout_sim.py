@@ -28,9 +28,9 @@ from celery_durable.core.schedule_events import (
     Content,
     RunDecided,
     RunMissed,
+    RunSent,
     RunSkipped,
     RunsMissed,
-    RunStarted,
     from_data,
     to_data,
 )
@@ -112,7 +112,7 @@ def outcomes(events: Iterable[Any]) -> dict[datetime, tuple[Any, ...]]:
             found[event.due] = ("skipped", event.reason)
         elif isinstance(event, RunMissed):
             found[event.due] = ("missed",)
-        elif isinstance(event, RunStarted):
+        elif isinstance(event, RunSent):
             found[event.due] = ("started", event.at)
     return found
 
