@@ -12,6 +12,7 @@ from celery_durable.cli.common import utc_json
 def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
     """Each position of a durable run with its attempts and errors, from its events."""
     from celery_durable.core import run_aggregate as replay
+    from celery_durable.core.branches import position_order
 
     steps: dict[int | str, dict[str, Any]] = {}
     for event in events:
@@ -71,7 +72,7 @@ def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
             step["attempts"] = len(step["failed_attempts"]) + (
                 1 if step["status"] in ("started", "completed") and step["kind"] == "step" else 0
             )
-    return [steps[p] for p in sorted(steps, key=replay.position_order)]
+    return [steps[p] for p in sorted(steps, key=position_order)]
 
 
 def _outcome_json(state: Any) -> dict[str, Any] | None:

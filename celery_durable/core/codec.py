@@ -196,7 +196,10 @@ _KOMBU_DECODERS: dict[str, Callable[[Any], Any]] = {
     "bytes": lambda text: text.encode("utf-8"),
     "base64": lambda text: base64.b64decode(text.encode("utf-8")),
 }
-_DECODERS = {**_KOMBU_DECODERS, "float": lambda text: _NON_FINITE[text]}
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    **_KOMBU_DECODERS,
+    "float": lambda text: _NON_FINITE[text],
+}
 
 
 def _typed(name: str, value: Any) -> dict[str, Any]:

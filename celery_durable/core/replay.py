@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from celery_durable.core.run_aggregate import PositionId, position_order
+from celery_durable.core.branches import position_order
+from celery_durable.core.run_aggregate import PositionId
 
 Step = tuple[str, str]
 """``(name, kind)`` of a position: kind ``step``, ``sleep``, ``signal``, ``now`` …"""

@@ -343,7 +343,7 @@ def from_data(type_name: str, data: Mapping[str, Any]) -> ScheduleEvent:
             elif name == "content":
                 value = Content.from_json(value)
             kwargs[name] = value
-        return cls(**kwargs)
+        return cast(ScheduleEvent, cls(**kwargs))
     except (KeyError, TypeError, ValueError) as exc:
         raise JournalError(f"unreadable {type_name} event: {exc}", event_type=type_name) from exc
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from celery_durable.core.branches import position_order
 from celery_durable.core.children import (
     CHILD,
     CHILD_ENDED,
@@ -53,7 +54,6 @@ from celery_durable.core.run_aggregate import (
     RunState,
     fold,
     parked_outcome,
-    position_order,
 )
 from celery_durable.errors import DurableError, StepFailed
 from celery_durable.message import PARENT_HEADER, Resend
