@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from celery_durable import Cancelled, StepFailed, gather, parallel, patched, race
-from celery_durable.core.ids import run_stream
 from celery_durable.core.branches import position_order
+from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold
 from celery_durable.errors import DurableError, RunParked
 from celery_durable.worker.context import current_run, step_context
