@@ -129,14 +129,76 @@ def mysql_server_url() -> Iterator[str]:
     yield from _provide(lambda: services.ensure_mysql(MYSQL_URL))
 
 
+# ----------------------------------------------------------------------------- markers
+
+#: The fixtures that reach a server, by the service they need.
+SERVICE_FIXTURES = {
+    "postgres_server_url": "postgres",
+    "pg_url": "postgres",
+    "mysql_server_url": "mysql",
+    "mysql_url": "mysql",
+    "redis_server_url": "redis",
+    "redis_url": "redis",
+    "amqp_server_url": "rabbitmq",
+    "amqp_url": "rabbitmq",
+}
+#: Parameter values that name a server a fixture fetches by name (``journal_url``'s
+#: ``postgres``, a store fixture's ``mysql``, a broker's ``redis``/``rabbitmq``).
+SERVICE_PARAMS = {
+    "postgres": "postgres",
+    "pg_url": "postgres",
+    "mysql": "mysql",
+    "mysql_url": "mysql",
+    "redis": "redis",
+    "redis_url": "redis",
+    "amqp": "rabbitmq",
+    "amqp_url": "rabbitmq",
+    "rabbitmq": "rabbitmq",
+}
+
+
+def services_of(item: pytest.Item) -> set[str]:
+    """The servers a test needs: by the fixtures it uses, its ``services`` mark (for a fixture
+    fetched by name at run time), and the parameters that name one."""
+    needs = {
+        SERVICE_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in SERVICE_FIXTURES
+    }
+    for mark in item.iter_markers("services"):  # asked for by name at run time
+        needs.update(mark.args)
+    callspec = getattr(item, "callspec", None)
+    for value in () if callspec is None else callspec.params.values():
+        if isinstance(value, str) and value in SERVICE_PARAMS:
+            needs.add(SERVICE_PARAMS[value])
+    return needs
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs no server ``no_service`` (``pytest -m no_service`` runs on a
+    machine with Python alone); a test so marked that asks for a server anyway errors (see
+    :func:`_serving`), so the mark cannot be wrong silently."""
+    for item in items:
+        if not services_of(item):
+            item.add_marker(pytest.mark.no_service)
+
+
+def _serving(request: pytest.FixtureRequest, service: str) -> None:
+    if request.node.get_closest_marker("no_service") is not None:
+        pytest.fail(
+            f"{request.node.nodeid} is marked no_service but asks for {service}: give it a "
+            "fixture or parameter that names the service (tests/conftest.py: services_of)",
+            pytrace=False,
+        )
+
+
 # ----------------------------------------------------------------------------- per test
 
 
 @pytest.fixture
-def pg_url(postgres_server_url: str) -> Iterator[str]:
+def pg_url(request: pytest.FixtureRequest, postgres_server_url: str) -> Iterator[str]:
     """``postgresql+psycopg://...?options=-csearch_path%3Dcdt_<random>``: a fresh schema for this
     test only, dropped (CASCADE) afterwards. Tables created through the URL land in it, also
     from subprocesses given the URL."""
+    _serving(request, "postgres")
     with services.isolated_schema(postgres_server_url) as url:
         yield url
 
@@ -148,9 +210,10 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def mysql_url(mysql_server_url: str) -> Iterator[str]:
+def mysql_url(request: pytest.FixtureRequest, mysql_server_url: str) -> Iterator[str]:
     """``mysql+pymysql://…/<db>_<random>``: a fresh utf8mb4 database for this test only,
     dropped afterwards (sessions still in it are killed first)."""
+    _serving(request, "mysql")
     with services.isolated_database(mysql_server_url) as url:
         yield url
 
@@ -164,8 +227,9 @@ def journal_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def redis_url(redis_server_url: str) -> str:
+def redis_url(request: pytest.FixtureRequest, redis_server_url: str) -> str:
     """Redis URL (test database, default ``/0``), flushed (FLUSHDB) before the test."""
+    _serving(request, "redis")
     import redis
     from kombu import pools
 
@@ -182,8 +246,9 @@ def redis_url(redis_server_url: str) -> str:
 
 
 @pytest.fixture
-def amqp_url(amqp_server_url: str) -> str:
+def amqp_url(request: pytest.FixtureRequest, amqp_server_url: str) -> str:
     """RabbitMQ URL (shared vhost; use unique queue names per test)."""
+    _serving(request, "rabbitmq")
     return amqp_server_url
 
 

@@ -80,14 +80,13 @@ def test_old_runs_continue_with_the_current_code(legacy: Any) -> None:
 
 def test_the_replay_check_finds_old_runs_on_their_stored_path(legacy: Any) -> None:
     durable, tasks, knobs = legacy
-    found, old = check_report(durable.runtime, run_id="par-finished")
-    assert (found, old) == ([], [])
+    found, old, cannot = check_report(durable.runtime, run_id="par-finished")
+    assert (found, old, cannot) == ([], [], [])
     for run_id in RUNS:
-        found, _ = check_report(durable.runtime, run_id=run_id)
+        found, _, _ = check_report(durable.runtime, run_id=run_id)
         assert found == [], (run_id, found)  # still going: agrees so far
     for run_id in RUNS:
         tasks[run_id].apply(task_id=run_id).get()
     knobs.ran.clear()
-    found, old = check_report(durable.runtime)
-    assert (found, old) == ([], [])
+    assert check_report(durable.runtime) == ([], [], [])
     assert knobs.ran == [], "the check runs no step"

@@ -196,6 +196,7 @@ def admin_list(executable: str, base: str, width: int) -> Iterator[Any]:
 # When the in-process Django tests ran first, @shared_task adds the project's task of the same
 # name to this test's app as well.
 @pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+@pytest.mark.services("postgres")  # the site fixture asks for pg_url once Chromium is found
 def test_admin_list_renders_and_pause_works_in_chromium(
     chromium: str, site: tuple[str, Durable], tmp_path: Path
 ) -> None:
@@ -240,6 +241,7 @@ def test_admin_list_renders_and_pause_works_in_chromium(
 
 @pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 @pytest.mark.parametrize("width", [1400, 1280])
+@pytest.mark.services("postgres")
 def test_admin_list_fits_the_window(
     chromium: str, site: tuple[str, Durable], width: int, tmp_path: Path
 ) -> None:
