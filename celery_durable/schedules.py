@@ -28,12 +28,28 @@ from celery_durable.core.backfill import (
 )
 from celery_durable.core.blackouts import Blackout, OnBlackout, check_windows
 from celery_durable.core.codec import check_json_value
-from celery_durable.core.ids import check_schedule_id, check_text, schedule_stream, to_utc
+from celery_durable.core.ids import (
+    check_schedule_id,
+    check_text,
+    run_stream,
+    schedule_stream,
+    to_utc,
+)
 from celery_durable.core.ids import run_id as make_run_id
 from celery_durable.core.journal import Append
 from celery_durable.core.limits import check_instant, check_rule_limits
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
-from celery_durable.core.read_models import RunView, ScheduleView
+from celery_durable.core.read_models import (
+    ENDED,
+    ENDING_EVENTS,
+    NOT_STARTED,
+    RunStatus,
+    RunView,
+    ScheduleView,
+    ending_of,
+    project_run,
+    run_outcome,
+)
 from celery_durable.core.rules import (
     BeatEntry,
     Cron,
@@ -477,10 +493,35 @@ class Schedules:
         """The decided runs of a schedule, newest first (V2)."""
         sid = check_schedule_id(id, stored=True)
         runs = runs_of(sid, self.store.events(sid))[:limit]
-        # Durable runs: their outcome (or progress) comes from the run table.
+        # Durable runs: their outcome (or progress) comes from the run table (one read).
         started = [r.run_id for r in runs if r.state == "started"]
         statuses = self._runtime.runs.statuses(started) if started else {}
-        return [replace(r, outcome=statuses[r.run_id]) if r.run_id in statuses else r for r in runs]
+        return [
+            replace(r, outcome=run_outcome(r, statuses[r.run_id])) if r.run_id in statuses else r
+            for r in runs
+        ]
+
+    def run_statuses(
+        self, runs: Sequence[RunView], *, endings: bool = False
+    ) -> builtins.list[RunStatus]:
+        """The state users see of each of ``runs`` (:func:`~.core.read_models.project_run`):
+        the run table read once for them all and, with ``endings``, the endings of the
+        durable runs that ended read once more (a page's runs, not one read per run)."""
+        runtime = self._runtime
+        wanted = [r.run_id for r in runs if r.state not in NOT_STARTED]
+        statuses = runtime.runs.statuses(wanted) if wanted else {}
+        ended = [run_stream(i) for i, status in statuses.items() if status in ENDED]
+        found = {}
+        if endings and ended:
+            found = runtime.journal.read_streams(ended, types=ENDING_EVENTS)
+        return [
+            project_run(
+                r,
+                statuses.get(r.run_id),
+                ending_of(found.get(run_stream(r.run_id), ())),
+            )
+            for r in runs
+        ]
 
     def check(
         self,

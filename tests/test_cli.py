@@ -819,3 +819,33 @@ def test_runs_show_of_a_scheduled_durable_run(sqlite_url: str) -> None:
     assert json.loads(ok(sqlite_url, "run", "result", run_id)) == "Ada-2026-W47"
     listed = as_json(sqlite_url, "runs", "list", "--schedule", "invoices", "--state", "finished")
     assert [r["run_id"] for r in listed] == [run_id]
+
+
+def test_schedules_show_reads_its_recent_runs_in_one_query(sqlite_url: str) -> None:
+    """The recent runs' states come from one read of the run table, not one per run."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    url = sqlite_url
+    ok(url, "schedules", "create", "often", "cli.backup", "--every", "1h")
+
+    def statements() -> int:
+        count = 0
+
+        def counted(*_: Any) -> None:
+            nonlocal count
+            count += 1
+
+        event.listen(Engine, "before_cursor_execute", counted)
+        try:
+            ok(url, "schedules", "show", "often", "--runs", "20")
+        finally:
+            event.remove(Engine, "before_cursor_execute", counted)
+        return count
+
+    counts = []
+    for triggers in (2, 10):
+        for _ in range(triggers):
+            ok(url, "schedules", "trigger", "often")
+        counts.append(statements())
+    assert counts[0] == counts[1], f"{counts[0]} statements for 2 runs, {counts[1]} for 12"

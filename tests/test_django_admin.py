@@ -858,3 +858,48 @@ def test_the_run_page_of_a_run_with_a_parallel_and_a_child(
         assert harness.result("mixed") == [[1, 2], 3]
     page = text(client.get(LIST + "run/mixed/"))
     assert 'data-child="mixed:1"' in page and "finished" in page
+
+
+# Reads of a schedule's page ------------------------------------------------------------------
+
+
+def _queries_of_the_schedule_page(client: Any, durable: Durable, sid: str) -> int:
+    """How many SQL statements the journal runs to serve the schedule's page."""
+    from sqlalchemy import event
+
+    count = 0
+
+    def counted(*_: Any) -> None:
+        nonlocal count
+        count += 1
+
+    engine = durable.journal.engine
+    event.listen(engine, "before_cursor_execute", counted)
+    try:
+        assert client.get(LIST + f"{sid}/change/").status_code == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", counted)
+    return count
+
+
+def test_the_schedule_page_reads_its_runs_in_a_bounded_number_of_queries(
+    client: Any, durable: Durable, clock: FakeClock
+) -> None:
+    """The runs on a schedule's page are read for the page (their run rows in one query, the
+    endings of their durable runs in one more), not once per run."""
+    task = durable.app.tasks["shop.backup"]
+    counts = []
+    for sid, runs in (("few", 2), ("many", 12)):
+        durable.schedules.create(sid, "shop.backup", "fail", Every(timedelta(minutes=1)))
+        for _ in range(runs):
+            clock.now += timedelta(minutes=1)
+            run_id = durable.schedules.trigger(sid)
+            [run] = [r for r in durable.schedules.runs(sid) if r.run_id == run_id]
+            args, kwargs, _ = scheduled_message(ScheduledRun(sid, run.due, run.input))
+            task.apply(args, kwargs, task_id=run_id)
+        page = client.get(LIST + f"{sid}/change/")
+        assert len(page.context["runs"]) == runs
+        assert all(r.outcome == "faulted" for r in page.context["runs"])
+        counts.append(_queries_of_the_schedule_page(client, durable, sid))
+    few, many = counts
+    assert many == few, f"{few} queries for 2 runs, {many} for 12"

@@ -140,6 +140,41 @@ def test_append_and_read_back(any_journal: Journal) -> None:
     assert any_journal.read_stream("schedule/other") == []
 
 
+def test_read_streams_reads_several_streams_at_once_filtered_by_type(
+    any_journal: Journal,
+) -> None:
+    journal: Any = any_journal  # read_streams: the stores' batched read, not the protocol's
+    any_journal.append("run/a", 0, [ev("Started"), ev("Step"), ev("Finished", result=1)])
+    any_journal.append("run/b", 0, [ev("Started")])
+    any_journal.append("run/c", 0, [ev("Started"), ev("Parked"), ev("Faulted")])
+    found = journal.read_streams(["run/a", "run/b", "run/c", "run/none", "run/a"])
+    assert {s: versions(e) for s, e in found.items()} == {
+        "run/a": [1, 2, 3],
+        "run/b": [1],
+        "run/c": [1, 2, 3],
+    }
+    assert found["run/a"] == any_journal.read_stream("run/a")
+    ended = journal.read_streams(
+        ["run/a", "run/b", "run/c"], types=["Finished", "Parked", "Faulted"]
+    )
+    assert {s: [(e.version, e.type) for e in ev_] for s, ev_ in ended.items()} == {
+        "run/a": [(3, "Finished")],
+        "run/c": [(2, "Parked"), (3, "Faulted")],
+    }
+    assert ended["run/a"][0].data == {"result": 1}
+    assert journal.read_streams([]) == {}
+    many = [f"run/m{i}" for i in range(1100)]
+    any_journal.append_many(
+        [
+            Append(stream=s, expected_version=0, events=[ev("Finished", i=i)])
+            for i, s in enumerate(many)
+        ]
+    )
+    assert [e[0].data["i"] for e in journal.read_streams(many, types=["Finished"]).values()] == (
+        list(range(1100))
+    )
+
+
 def test_versions_continue_and_read_after_version(any_journal: Journal) -> None:
     assert any_journal.append("run/x", 0, [ev()]) == 1
     assert any_journal.append("run/x", 1, [ev(), ev(), ev()]) == 4

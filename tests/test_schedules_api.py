@@ -237,6 +237,48 @@ def test_runs_are_empty_before_any_decision(durable: Durable) -> None:
     assert durable.schedules.runs("r") == []
 
 
+def test_run_statuses_merge_each_run_with_its_durable_run(
+    any_durable: Durable, clock: FakeClock
+) -> None:
+    """V2 and the pages' one read: the run table's word for each run, and the ending of each
+    durable run that ended, read for all the runs at once (memory and each SQL store)."""
+    from celery_durable import ScheduledRun
+    from celery_durable.core.outcomes import Faulted, Finished
+    from celery_durable.message import scheduled_message
+
+    d = any_durable
+
+    @d.task(name="job", shared=False)
+    def job(run: ScheduledRun) -> str:
+        if run.input == "fail":
+            raise RuntimeError("disk full")
+        return f"did {run.input}"
+
+    for sid, value in (("ok", "a"), ("bad", "fail")):
+        d.schedules.create(sid, "job", value, Every(timedelta(hours=1)))
+        run_id = d.schedules.trigger(sid)
+        [run] = d.schedules.runs(sid)
+        args, kwargs, _ = scheduled_message(ScheduledRun(sid, run.due, run.input))
+        d.app.tasks["job"].apply(args, kwargs, task_id=run_id)
+    clock.advance(seconds=1)
+    d.schedules.trigger("ok")  # decided, never sent: no durable run yet
+    runs = [*d.schedules.runs("ok"), *d.schedules.runs("bad")]
+    plain = d.schedules.run_statuses(runs)
+    assert [(s.state, s.stage, s.outcome) for s in plain] == [
+        ("decided", "decided", ""),
+        ("finished", "started", "finished"),
+        ("faulted", "started", "faulted"),
+    ]
+    assert all(s.ending is None for s in plain)
+    ended = d.schedules.run_statuses(runs, endings=True)
+    assert [s.ending for s in ended] == [
+        None,
+        Finished("did a"),
+        Faulted("disk full", "RuntimeError"),
+    ]
+    assert d.schedules.run_statuses([]) == []
+
+
 def test_naive_clock_is_refused(app: Celery, sqlite_url: str) -> None:
     d = Durable(app, sqlite_url, clock=lambda: datetime(2026, 1, 1))
     with pytest.raises(DurableError, match="aware"):

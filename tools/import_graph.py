@@ -47,6 +47,7 @@ LAYERS = [
         "durable",
         "cli",
         "contrib",
+        "presentation",  # the words and times the CLI and the admin show (pure)
         "testing",
         "__init__",
         "__main__",

@@ -19,9 +19,8 @@ from celery_durable.cli.common import (
     session,
     shown,
     table,
-    utc_json,
-    utc_text,
 )
+from celery_durable.presentation import utc_json, utc_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,15 +14,15 @@ import os
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, tzinfo
 from functools import partial, wraps
 from typing import TYPE_CHECKING, Any, TypeVar
-from zoneinfo import ZoneInfo
 
 import click
 
-from celery_durable.core import limits
 from celery_durable.core.ids import printable
+from celery_durable.errors import InvalidSchedule
+from celery_durable.presentation import utc_json, zone_of
 
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
@@ -367,47 +367,12 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in present)
 
 
-def utc_json(moment: datetime | None) -> str | None:
-    """ISO 8601 UTC with microseconds and ``Z`` (the JSON form of every time)."""
-    if moment is None:
-        return None
-    from celery_durable.core.codec import time_to_json
-
-    return time_to_json(moment)
-
-
-def utc_text(moment: datetime | None) -> str:
-    """A time for tables: UTC to the second, ``Z``."""
-    if moment is None:
-        return "-"
-    return moment.astimezone(timezone.utc).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
-
-
-def local_text(moment: datetime | None, zone: str | None) -> str:
-    """A time for tables in ``zone``: ``2026-11-16 02:00:00+01:00 Europe/Oslo``."""
-    if moment is None or zone is None:
-        return "-"
-    local = limits.to_zone(moment, zone_info(zone))
-    if local is None:
-        return f"(beyond the dates of {zone})"
-    return f"{local.replace(microsecond=0).isoformat(sep=' ')} {zone}"
-
-
-def local_json(moment: datetime | None, zone: str | None) -> str | None:
-    """The local time as ISO text; ``None`` also when it is beyond ``datetime``'s range."""
-    if moment is None or zone is None:
-        return None
-    local = limits.to_zone(moment, zone_info(zone))
-    return None if local is None else local.isoformat()
-
-
 def zone_info(name: str) -> tzinfo:
-    if name in ("UTC", "Etc/UTC"):
-        return timezone.utc
+    """The zone named ``name``; an unknown one is an invalid-input error (exit code 2)."""
     try:
-        return ZoneInfo(name)
-    except (ValueError, OSError, KeyError) as exc:
-        raise invalid(f"unknown time zone {name!r}") from exc
+        return zone_of(name)
+    except InvalidSchedule as exc:
+        raise invalid(str(exc)) from None
 
 
 def display_zone(view: ScheduleView, app: Any) -> str:

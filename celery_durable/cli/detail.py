@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from celery_durable.cli.common import utc_json
+from celery_durable.presentation import utc_json
 
 
 def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:

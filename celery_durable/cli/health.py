@@ -20,8 +20,8 @@ from celery_durable.cli.common import (
     json_option,
     option,
     session,
-    utc_json,
 )
+from celery_durable.presentation import utc_json
 
 NO_DISPATCHER = 7
 STALLED = 8

@@ -23,8 +23,8 @@ from celery_durable.cli.common import (
     option,
     session,
     table,
-    utc_text,
 )
+from celery_durable.presentation import utc_text
 
 __all__ = ["import_group"]
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery_durable.cli.common import invalid, zone_info
+from celery_durable.cli.common import invalid
 from celery_durable.core import limits
 from celery_durable.core.secrets import decode_secrets
+from celery_durable.errors import InvalidSchedule
+from celery_durable.presentation import NotATime, parse_instant
 
 RULE_OPTIONS = ("daily", "weekly", "every", "cron", "once")
 
@@ -29,20 +31,18 @@ def duration(text: str, what: str = "--every") -> timedelta:
 
 def instant(text: str, what: str, zone: str | None) -> datetime:
     """An ISO 8601 instant; ``Z`` or an offset, or a local time read in ``zone``."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
+        return parse_instant(text, zone)
+    except NotATime as exc:
+        if exc.reason == "offset":
+            raise invalid(
+                f"{what}: {text!r} has no UTC offset; add Z or +01:00, or give --zone"
+            ) from None
         raise invalid(
             f"{what}: {text!r} is not an ISO 8601 time (e.g. 2026-12-24T18:00Z)"
         ) from None
-    if moment.tzinfo is None:
-        if zone is None:
-            raise invalid(f"{what}: {text!r} has no UTC offset; add Z or +01:00, or give --zone")
-        moment = moment.replace(tzinfo=zone_info(zone))
-    return moment
+    except InvalidSchedule as exc:  # an unknown --zone
+        raise invalid(str(exc)) from None
 
 
 def weekly(text: str) -> tuple[list[str], str]:

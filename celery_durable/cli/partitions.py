@@ -22,9 +22,8 @@ from celery_durable.cli.common import (
     session,
     shown,
     table,
-    utc_json,
-    utc_text,
 )
+from celery_durable.presentation import utc_json, utc_text
 
 
 def _live_beats(durable: Any, now: datetime) -> tuple[int, list[dict[str, Any]]]:

@@ -3,7 +3,6 @@ journals of durable runs."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
@@ -18,17 +17,17 @@ from celery_durable.cli.common import (
     emit_json,
     fields,
     json_option,
-    local_text,
     not_found,
     option,
     session,
     shown,
     table,
-    utc_text,
 )
 from celery_durable.cli.detail import durable_json
-from celery_durable.cli.views import NOT_STARTED, combined_state, run_json
+from celery_durable.cli.views import run_json
 from celery_durable.core.ids import printable
+from celery_durable.core.read_models import NOT_STARTED, project_run
+from celery_durable.presentation import local_text, short, utc_text
 
 SCHEDULE_STATES = ("decided", "started", "skipped", "failed_to_start")
 RUN_STATUSES = (
@@ -57,6 +56,12 @@ def runs() -> None:
 
 def _runs_of(api: Any, schedule_id: str) -> list[Any]:
     return list(api.runs(schedule_id))
+
+
+def status_in(rows: Mapping[str, Mapping[str, Any]], run_id: str) -> str | None:
+    """The run-table ``status`` of ``run_id`` in ``rows`` (``None``: no row)."""
+    row = rows.get(run_id)
+    return None if row is None else str(row["status"])
 
 
 def _row_json(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,7 +109,7 @@ def list_(schedule_id: str | None, state: str | None, limit: int) -> None:
     # Any: ``Schedules.list`` shadows ``list`` in the library's annotations (mypy).
     views: list[Any] = [r for v in schedule_views for r in _runs_of(api, v.id)]
     rows = durable.runs.rows(None if schedule_id is None else [v.run_id for v in views])
-    states = {v.run_id: combined_state(v, rows.get(v.run_id)) for v in views}
+    states = {v.run_id: project_run(v, status_in(rows, v.run_id)).state for v in views}
     items: list[tuple[datetime, dict[str, Any], Any]] = [
         (v.due, run_json(v, states[v.run_id], zones.get(v.schedule_id)), v) for v in views
     ]
@@ -159,8 +164,7 @@ def _schedule_run(durable: Any, run_id: str) -> tuple[Any, Any]:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
+    return short(value, _SHORT)
 
 
 def _iso(text: str | None) -> str:
@@ -189,7 +193,8 @@ def show(run_id: str) -> None:
     zone = display_zone(schedule, current.app) if schedule is not None else None
     run_data = None
     if view is not None:
-        run_data = run_json(view, combined_state(view, row), zone)
+        shown_state = project_run(view, None if row is None else str(row["status"])).state
+        run_data = run_json(view, shown_state, zone)
     durable_data = durable_json(events, row) if events or row is not None else None
     if durable_data is not None:
         kids = durable.children(run_id) if events else []

@@ -20,18 +20,15 @@ from celery_durable.cli.common import (
     fields,
     invalid,
     json_option,
-    local_json,
-    local_text,
     not_found,
     option,
     session,
     shown,
     table,
-    utc_json,
-    utc_text,
 )
-from celery_durable.cli.views import is_overdue, schedule_json, status_of, upcoming
+from celery_durable.cli.views import is_overdue, schedule_json, upcoming
 from celery_durable.message import describe_origin, origin_label
+from celery_durable.presentation import local_json, local_text, status_of, utc_json, utc_text
 
 F = Callable[..., Any]
 
@@ -154,7 +151,7 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
     """Show one schedule: its content, status, the blackout windows that apply to it (its own
     and the global ones), its next run, coming due times (each one a window skips or moves is
     marked) and recent runs."""
-    from celery_durable.cli.views import fates, run_json, run_rows, run_state
+    from celery_durable.cli.views import fates, run_json, run_rows
 
     current = session()
     view = require(schedule_id)
@@ -164,7 +161,7 @@ def show(schedule_id: str, count: int, run_count: int) -> None:
     fated = fates(view, coming, global_windows)
     api: Any = current.durable.schedules  # its ``list`` method confuses mypy's view of list[]
     recent = list(api.runs(schedule_id, limit=run_count or None))[:run_count]
-    statuses = {r.run_id: run_state(current.durable, r) for r in recent}
+    statuses = {s.run.run_id: s.state for s in api.run_statuses(recent)}
     if current.json:
         data = schedule_json(view, current.app, current.durable.now())
         data["global_blackouts"] = [w.describe() for w in global_windows]

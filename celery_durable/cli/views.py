@@ -9,24 +9,11 @@ from typing import Any
 
 from celery_durable.cli.common import (
     display_zone,
-    local_json,
-    local_text,
     table,
-    utc_json,
-    utc_text,
 )
+from celery_durable.core.read_models import NOT_STARTED
 from celery_durable.message import describe_origin, origin_label
-
-NOT_STARTED = ("skipped", "failed_to_start", "missed")
-"""Schedule states of runs that never started: shown with their reason."""
-
-
-def status_of(view: Any) -> str:
-    if view.deleted:
-        return "deleted"
-    if view.paused:
-        return "paused"
-    return "complete" if view.complete else "active"
+from celery_durable.presentation import local_json, local_text, status_of, utc_json, utc_text
 
 
 def is_overdue(view: Any, now: datetime) -> bool:
@@ -101,21 +88,6 @@ def fates(view: Any, dues: list[datetime], global_windows: Any) -> list[Any]:
     windows = (*view.blackouts, *global_windows)
     timing = {"jitter": view.jitter, "deadline": view.start_deadline}
     return list(plan(view.id, dues, windows, defer=defer, **timing))
-
-
-def combined_state(view: Any, row: Mapping[str, Any] | None) -> str:
-    """One word for a run: the schedule's word until a durable run's row says more."""
-    if view is not None and view.state in NOT_STARTED:
-        return str(view.state)
-    if row is not None:
-        return str(row["status"])
-    if view is not None and view.outcome:
-        return str(view.outcome)
-    return str(view.state) if view is not None else "unknown"
-
-
-def run_state(durable: Any, view: Any) -> str:
-    return combined_state(view, durable.runs.row(view.run_id))
 
 
 def run_json(view: Any, state: str, zone: str | None) -> dict[str, Any]:

@@ -1,15 +1,30 @@
-"""Read models handed to users: a schedule as the index knows it, and its runs (SPEC §7)."""
+"""Read models handed to users: a schedule as the index knows it, and its runs (SPEC §7).
+
+A run's state is told by two sources: the schedule's events (decided, sent, skipped, missed,
+failed to start: :class:`RunView`) and, for a durable task, its run (the run table's ``status``
+and the ending its stream recorded). :func:`run_outcome` and :func:`project_run` merge them,
+once, for ``Schedules.runs`` (V2), the command line and the Django admin alike.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core.blackouts import Blackout, OnBlackout
+from celery_durable.core.outcomes import Faulted, Outcome
 from celery_durable.core.policies import CatchUp, Overlap
 from celery_durable.core.rules import BeatEntry, Rule
+from celery_durable.core.run_aggregate import (
+    RUN_CANCELLED,
+    RUN_FAULTED,
+    RUN_FINISHED,
+    RUN_PARKED,
+    fold,
+    parked_outcome,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,3 +112,81 @@ class RunView:
     outcome: str | None = None
     """For durable tasks: ``running``, ``finished``, ``faulted``, ``cancelled``, ``parked``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+NOT_STARTED = ("skipped", "failed_to_start", "missed")
+"""The schedule's states of runs that never started: their word wins, shown with the reason."""
+
+ENDED = ("finished", "faulted", "cancelled", "parked")
+"""Run-table statuses of durable runs that ended: their stream holds the ending."""
+
+ENDING_EVENTS = (RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED, RUN_PARKED)
+"""The run-stream event types that tell how a durable run ended (read in a batch for pages)."""
+
+
+def run_outcome(run: RunView, status: str | None) -> str | None:
+    """A run's ``outcome`` (V2): a started run's durable-run ``status`` from the run table
+    when it has a row, else what the schedule's events reported (``RunEndReported``)."""
+    if run.state == "started" and status is not None:
+        return status
+    return run.outcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStatus:
+    """One run of a schedule with what its durable run says: the state users see."""
+
+    run: RunView
+    state: str
+    """The one word: the schedule's word for a run that never started, else the durable run's
+    status, else the reported outcome, else the schedule's word (``decided``, ``started``)."""
+    stage: str
+    """How far the schedule got: ``decided``, ``started``, ``skipped``, ``failed_to_start``
+    or ``missed``; a decided run whose durable run has a row was sent: ``started`` (A6: the
+    dispatcher sent it but had not, or after a crash never, recorded the start)."""
+    outcome: str
+    """The durable run's status (``parked`` for a run its ending parked), else the reported
+    outcome; ``""`` without either."""
+    ending: Outcome | None = None
+    """How the durable run ended, from its stream (only once its row says it ended)."""
+    error: str | None = None
+    """Why the run did not start (or failed to); ``None`` once its durable run ended."""
+
+
+def ending_of(events: Iterable[Any]) -> Outcome | None:
+    """The ending recorded by a durable run's :data:`ENDING_EVENTS` (a parked run counts as
+    ``Faulted``, kind ``parked``; W6, W7); ``None`` before one."""
+    state = fold(events)
+    return state.outcome if state.outcome is not None else parked_outcome(state)
+
+
+def ending_word(ending: Outcome) -> str:
+    """``finished``, ``faulted``, ``parked`` (a ``Faulted`` of kind ``parked``) or
+    ``cancelled``."""
+    if isinstance(ending, Faulted) and ending.kind == "parked":
+        return "parked"
+    return type(ending).__name__.lower()
+
+
+def project_run(
+    run: RunView, status: str | None = None, ending: Outcome | None = None
+) -> RunStatus:
+    """Merge a schedule's run with its durable run: the run table's ``status`` (``None``: no
+    row) and the ending read from its stream (:func:`ending_of`; looked at only when
+    ``status`` is one of :data:`ENDED`). Pure: the caller reads both, for a page at once."""
+    if run.state in NOT_STARTED:
+        state = run.state
+    elif status is not None:
+        state = status
+    else:
+        state = run.outcome or run.state
+    stage, outcome, error = run.state, run.outcome or "", run.error
+    if run.state in ("started", "decided") and status is not None:
+        stage, outcome = "started", status
+        if status in ENDED:
+            error = None
+            if ending is None:
+                return RunStatus(run=run, state=state, stage=stage, outcome=outcome)
+            outcome = ending_word(ending)
+            return RunStatus(run=run, state=state, stage=stage, outcome=outcome, ending=ending)
+    return RunStatus(run=run, state=state, stage=stage, outcome=outcome, error=error)

@@ -9,10 +9,9 @@ through the model keeps the admin's look, its index entry, its URL names
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -32,13 +31,30 @@ from django.urls import path, reverse
 from django.utils import timezone as dj_timezone
 
 from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.forms import ScheduleForm, format_duration, zone_names
+from celery_durable.contrib.django.forms import ScheduleForm, zone_names
 from celery_durable.contrib.django.models import Schedule
-from celery_durable.core import limits
-from celery_durable.core.read_models import RunView, ScheduleView
+from celery_durable.core.ids import run_stream
+from celery_durable.core.read_models import (
+    ENDED,
+    ENDING_EVENTS,
+    RunView,
+    ScheduleView,
+    ending_of,
+    ending_word,
+)
 from celery_durable.durable import Durable
 from celery_durable.errors import DurableError
 from celery_durable.message import describe_origin, origin_label
+from celery_durable.presentation import (
+    STATUSES,
+    ending_text,
+    format_duration,
+    local_label,
+    run_detail,
+    short,
+    status_of,
+    utc_label,
+)
 from celery_durable.store.journal.urls import redact
 
 RUNS_SHOWN = 25
@@ -46,34 +62,10 @@ RUNS_SHOWN = 25
 
 PER_PAGE = 100
 
-STATUSES = ("active", "paused", "complete", "deleted")
-
-_ENDED = ("finished", "faulted", "cancelled", "parked")
-
-
-def status_of(view: ScheduleView) -> str:
-    """One word for a schedule: ``deleted``, ``paused``, ``complete`` or ``active``."""
-    if view.deleted:
-        return "deleted"
-    if view.paused:
-        return "paused"
-    return "complete" if view.complete else "active"
-
-
-def utc_text(moment: datetime | None) -> str:
-    if moment is None:
-        return "—"
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
 
 def local_text(moment: datetime | None) -> str:
     """A time in the project's current time zone (``TIME_ZONE`` or the activated one)."""
-    if moment is None:
-        return "—"
-    local = limits.to_zone(moment, dj_timezone.get_current_timezone())
-    if local is None:
-        return "beyond the dates of this time zone"
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return local_label(moment, dj_timezone.get_current_timezone())
 
 
 def user_of(request: HttpRequest) -> str | None:
@@ -103,11 +95,6 @@ def _no_run(view: ScheduleView) -> str:
     return "—" if view.next_due is None else "none (blackout windows skip the coming due times)"
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """One line of a schedule's run history as the admin shows it."""
@@ -121,7 +108,7 @@ class RunRow:
 
     @property
     def due_utc(self) -> str:
-        return utc_text(self.run.due)
+        return utc_label(self.run.due)
 
     @property
     def due_local(self) -> str:
@@ -143,25 +130,18 @@ def timing_text(view: ScheduleView) -> str:
 
 
 def run_rows(durable: Durable, runs: Sequence[RunView]) -> list[RunRow]:
-    """The runs with their durable-run state and outcome (read from the run's journal).
+    """The runs with their durable-run state and outcome, read for all of them at once (the
+    run table in one query, the endings of the runs that ended in one more).
 
     A run the schedule still holds as ``decided`` whose durable run has begun was enqueued:
     the dispatcher stored the decision and sent the message but not yet (or, after a crash,
-    never) recorded the start (A6). It is shown as ``started``, so that no page says "not yet
-    enqueued" next to the outcome of a run a worker has already executed.
+    never) recorded the start (A6). It is shown as ``started`` (``RunStatus.stage``), so that
+    no page says "not yet enqueued" next to the outcome of a run a worker has already executed.
     """
-    rows = []
-    for run in runs:
-        state, outcome, detail = run.state, run.outcome or "", run.error or ""
-        if run.state in ("started", "decided"):
-            record = durable.runs.row(run.run_id)
-            if record is not None:
-                state = "started"
-                outcome = str(record["status"])
-                if outcome in _ENDED:
-                    outcome, detail = _outcome(durable, run.run_id, outcome)
-        rows.append(RunRow(run=run, state=state, outcome=outcome, detail=detail))
-    return rows
+    return [
+        RunRow(run=s.run, state=s.stage, outcome=s.outcome, detail=run_detail(s))
+        for s in durable.schedules.run_statuses(runs, endings=True)
+    ]
 
 
 UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu", "GMT"})
@@ -186,21 +166,11 @@ def _parent_of(durable: Durable, run_id: str) -> str | None:
 
 
 def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
-    from celery_durable.core.outcomes import Cancelled, Faulted, Finished
-
-    try:
-        found = durable.outcome(run_id, timeout=0)
-    except (LookupError, TimeoutError):
-        return status, ""
-    if isinstance(found, Finished):
-        # A task that returns nothing finished without a value: no JSON "null" to puzzle over.
-        return "finished", "" if found.value is None else _short(found.value)
-    if isinstance(found, Faulted):
-        kind = "parked" if found.kind == "parked" else "faulted"
-        return kind, f"{found.error_type}: {found.error}"
-    if isinstance(found, Cancelled):
-        return "cancelled", ""
-    return status, ""  # pragma: no cover - the three outcomes above are all there are
+    """An ended durable run's outcome word and detail, from the ending its stream recorded
+    (``status``, its run-table word, while none is found)."""
+    stream = run_stream(run_id)
+    ending = ending_of(durable.journal.read_streams([stream], types=ENDING_EVENTS).get(stream, ()))
+    return (status, "") if ending is None else (ending_word(ending), ending_text(ending))
 
 
 def breakable(text: str) -> str:
@@ -325,7 +295,7 @@ class ScheduleAdmin(admin.ModelAdmin):
                 "rule": breakable(v.rule.describe()),
                 "task": breakable(v.task),
                 # The next run that really starts: blackouts and jitter considered (P4, P2).
-                "next_utc": utc_text(v.next_run),
+                "next_utc": utc_label(v.next_run),
                 "next_local": local_text(v.next_run),
             }
             for v in page.object_list
@@ -466,14 +436,14 @@ class ScheduleAdmin(admin.ModelAdmin):
             status=status_of(view),
             origin=describe_origin(view.task, view.options),
             rule=view.rule.describe(),
-            next_utc=utc_text(view.next_due),
+            next_utc=utc_label(view.next_due),
             next_local=local_text(view.next_due),
-            next_run_utc=utc_text(view.next_run) if view.next_run else _no_run(view),
+            next_run_utc=utc_label(view.next_run) if view.next_run else _no_run(view),
             next_run_local=local_text(view.next_run) if view.next_run else "—",
             global_blackouts=[w.describe() for w in durable.blackouts.get()],
-            anchor_utc=utc_text(view.anchor),
+            anchor_utc=utc_label(view.anchor),
             timing=timing_text(view),
-            created_utc=utc_text(view.created_at),
+            created_utc=utc_label(view.created_at),
             runs=shown_runs,
             not_enqueued=sum(1 for row in shown_runs if row.state == "decided"),
             more_runs=not all_runs and len(runs) > RUNS_SHOWN,
@@ -520,10 +490,10 @@ class ScheduleAdmin(admin.ModelAdmin):
         entries = [
             {
                 "entry": e,
-                "at_utc": utc_text(e.at),
+                "at_utc": utc_label(e.at),
                 "at_local": local_text(e.at),
                 "changes": [
-                    (name, _short(before), _short(after))
+                    (name, short(before), short(after))
                     for name, (before, after) in e.changes.items()
                 ],
             }
@@ -553,7 +523,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             raise Http404(f"no durable run {run_id!r}") from None
         parent = _parent_of(durable, run_id)
         status = str(row["status"]) if row is not None else "queued"
-        outcome, detail = _outcome(durable, run_id, status) if status in _ENDED else (status, "")
+        outcome, detail = _outcome(durable, run_id, status) if status in ENDED else (status, "")
         context = self._context(
             request,
             f"Durable run {run_id}",

@@ -49,7 +49,8 @@ class GlobalBlackoutsForm(forms.Form):
 def blackouts_view(admin: ScheduleAdmin, request: HttpRequest) -> HttpResponse:
     """Show the global windows and their history; on POST, set them or (``_clear``) clear
     them. Refused input is shown on the form and nothing is stored."""
-    from celery_durable.contrib.django.admin import local_text, user_of, utc_text
+    from celery_durable.contrib.django.admin import local_text, user_of
+    from celery_durable.presentation import utc_label
 
     if not admin.has_view_or_change_permission(request):
         raise PermissionDenied
@@ -83,7 +84,7 @@ def blackouts_view(admin: ScheduleAdmin, request: HttpRequest) -> HttpResponse:
     history = [
         {
             "change": change,
-            "at_utc": utc_text(change.at),
+            "at_utc": utc_label(change.at),
             "at_local": local_text(change.at),
             "windows": [w.describe() for w in change.windows],
         }

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import zoneinfo
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.conf import settings
 
+from celery_durable import presentation
 from celery_durable.core import limits
 from celery_durable.core.blackout_text import parse_window
 from celery_durable.core.blackouts import Blackout, OnBlackout
@@ -24,6 +25,7 @@ from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap
 from celery_durable.core.rules import Cron, Daily, Every, Once, Rule, Weekday, Weekly
 from celery_durable.core.secrets import decode_secrets, encode_secrets
 from celery_durable.errors import DurableError, InvalidSchedule, ScheduleConflict, UnknownTask
+from celery_durable.presentation import format_duration
 
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
@@ -71,43 +73,20 @@ def parse_duration(text: str) -> timedelta:
         raise forms.ValidationError(str(exc)) from None
 
 
-def format_duration(interval: timedelta) -> str:
-    """The inverse of :func:`parse_duration` for whole seconds (``5400`` s → ``1h30m``)."""
-    seconds = interval.total_seconds()
-    if seconds != int(seconds):
-        return f"{seconds:g}s"
-    left, text = int(seconds), ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        count, left = divmod(left, size)
-        text += f"{count}{unit}" if count else ""
-    return text or "0s"
-
-
-def _zone(name: str) -> tzinfo:
-    if name in ("UTC", "Etc/UTC"):
-        return timezone.utc
-    return zoneinfo.ZoneInfo(name)
-
-
 def parse_instant(text: str, zone: str | None) -> datetime:
     """An ISO 8601 time; with ``Z`` or an offset as written, else local time in ``zone``."""
-    value = text.strip().replace(" ", "T", 1)
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
+        return presentation.parse_instant(text, zone)
+    except presentation.NotATime as exc:
+        if exc.reason == "offset":
+            raise forms.ValidationError(
+                "give a zone, or write the time with Z or an offset"
+            ) from None
         raise forms.ValidationError(
             f"{text!r} is not a date and time (e.g. 2026-12-24 18:00, or 2026-12-24T17:00Z)"
         ) from None
-    if moment.tzinfo is None:
-        if not zone:
-            raise forms.ValidationError("give a zone, or write the time with Z or an offset")
-        try:
-            moment = moment.replace(tzinfo=_zone(zone))
-        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-            raise forms.ValidationError("the zone is unknown; write the time with Z") from None
-    return moment
+    except InvalidSchedule:
+        raise forms.ValidationError("the zone is unknown; write the time with Z") from None
 
 
 def format_instant(moment: datetime | None, zone: str | None) -> str:
@@ -116,8 +95,8 @@ def format_instant(moment: datetime | None, zone: str | None) -> str:
         return ""
     if zone:
         try:
-            local = limits.to_zone(moment, _zone(zone))
-        except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+            local = limits.to_zone(moment, presentation.zone_of(zone))
+        except ValueError:  # an unknown zone (InvalidSchedule)
             local = None
         if local is not None:
             return local.replace(tzinfo=None).isoformat(" ", "minutes")

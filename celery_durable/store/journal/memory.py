@@ -128,6 +128,20 @@ class MemoryJournal:
             rows = self._streams.get(stream, [])[after_version:]  # version n is at index n - 1
         return [row.stored() for row in rows]
 
+    def read_streams(
+        self, streams: Sequence[str], *, types: Sequence[str] | None = None
+    ) -> dict[str, list[StoredEvent]]:
+        """The events of several streams (only those of ``types`` when given), oldest first,
+        by stream; a stream without such events is left out."""
+        with self.lock:
+            self._check_open()
+            rows = {s: self._streams.get(s, []) for s in dict.fromkeys(streams)}
+            found = {
+                stream: [r.stored() for r in kept if types is None or r.type in types]
+                for stream, kept in rows.items()
+            }
+        return {stream: events for stream, events in found.items() if events}
+
     def read_all(
         self, after_position: int, *, category: str | None = None, limit: int = 1000
     ) -> list[StoredEvent]:

@@ -7,10 +7,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from celery_durable.cli.common import printable
 from celery_durable.contrib.django import get_durable
-from celery_durable.contrib.django.admin import run_rows, utc_text
+from celery_durable.contrib.django.admin import run_rows
+from celery_durable.core.ids import printable
 from celery_durable.errors import DurableError
+from celery_durable.presentation import utc_label
 
 
 class Command(BaseCommand):
@@ -44,7 +45,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2))
             return
         for r in rows:
-            line = f"{r.run.run_id}  {utc_text(r.run.due)}  {r.state}"
+            line = f"{r.run.run_id}  {utc_label(r.run.due)}  {r.state}"
             if r.outcome:
                 line += f"  {r.outcome}"
             if r.detail:
