@@ -313,6 +313,55 @@ def test_map_children_keeps_at_most_n_in_flight_and_returns_results_in_order(
     assert sum(kinds.values()) <= 10 * 6 + 10
 
 
+def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
+    durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent's state is kept by the worker process when it suspends (W11): its next
+    deliveries read the events after it, not the whole stream again; a value the body
+    changed is not what the next delivery replays (the kept state is the stored one)."""
+    from celery_durable import sleep as durable_sleep
+
+    journal = durable.durable.runtime.journal
+    reads: list[int] = []
+    real_read = journal.read_stream
+
+    def read_stream(stream: str, after_version: int = 0) -> Any:
+        if stream == run_stream("kp"):
+            reads.append(after_version)
+        return real_read(stream, after_version)
+
+    monkeypatch.setattr(journal, "read_stream", read_stream)
+
+    @durable.step(name="rows")
+    def rows() -> list[str]:
+        return ["a"]
+
+    @durable.task(name="kids.kept.child")
+    def square(x: int) -> int:
+        durable_sleep(timedelta(seconds=10 * (x + 1)))
+        return x * x
+
+    @durable.task(name="kids.kept.parent")
+    def parent(n: int) -> list[Any]:
+        seen = rows()
+        seen.append("changed by the body")  # must not leak into the next delivery's replay
+        return [seen, durable.map_children(square, range(n), at_most=2)]
+
+    parent.apply_async((6,), task_id="kp")
+    durable.run_until_idle()
+    for _ in range(14):
+        durable.advance(timedelta(seconds=10))
+    claims = list(reads)  # (reading the result below reads the stream too)
+    assert durable.result("kp") == [["a", "changed by the body"], [x * x for x in range(6)]]
+    deliveries = events_of(durable, "kp").count("RunClaimed")
+    assert deliveries >= 5
+    # The first delivery reads the empty stream, the second the whole stream (the first left
+    # no state: it had no fan-out yet when it claimed); every later one only the events after
+    # the state kept.
+    assert claims.count(0) <= 2, claims
+    assert len([after for after in claims if after > 0]) >= deliveries - 2
+
+
 def test_map_children_after_crashes_starts_no_finished_child_again(
     sqlite_durable: DurableHarness,
 ) -> None:
