@@ -362,6 +362,55 @@ def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
     assert len([after for after in claims if after > 0]) >= deliveries - 2
 
 
+def test_a_fan_outs_later_deliveries_check_only_the_inputs_they_start(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every input is checked before the fan-out is stored; afterwards a delivery checks
+    only the inputs it starts, not all of them again on each wake-up (W11)."""
+    durable = sqlite_durable
+    from celery_durable import sleep as durable_sleep
+    from celery_durable.worker import children
+
+    checked: Counter[str] = Counter()
+    real_check = children._check_input
+
+    def check(runtime: Any, args: Any, kwargs: Any, what: str) -> None:
+        checked[what] += 1
+        real_check(runtime, args, kwargs, what)
+
+    monkeypatch.setattr(children, "_check_input", check)
+
+    @durable.task(name="kids.checked.child")
+    def child_task(x: int) -> int:
+        durable_sleep(timedelta(seconds=10))
+        return x
+
+    @durable.task(name="kids.checked.parent")
+    def parent() -> list[int]:
+        return list(durable.map_children(child_task, range(8), at_most=2))
+
+    parent.apply_async(task_id="ck")
+    durable.run_until_idle()
+    for _ in range(6):
+        durable.advance(timedelta(seconds=10))
+    assert durable.result("ck") == list(range(8))
+    assert events_of(durable, "ck").count("RunClaimed") >= 4
+    assert set(checked.values()) == {2}, checked  # once up front, once when started
+
+
+def test_a_fan_outs_in_flight_children_are_kept_as_events_are_folded() -> None:
+    from celery_durable.core.children import FanOut
+
+    fan = FanOut(total=4, at_most=2)
+    fan.start(0, "p:0.0")
+    fan.start(1, "p:0.1")
+    fan.end(0, {"state": "finished", "result": 0})
+    fan.start(2, "p:0.2")
+    assert fan.in_flight() == [(1, "p:0.1"), (2, "p:0.2")]
+    assert fan.flying == {1: "p:0.1", 2: "p:0.2"}
+    assert list(fan.to_start()) == []
+
+
 def test_map_children_after_crashes_starts_no_finished_child_again(
     sqlite_durable: DurableHarness,
 ) -> None:

@@ -301,12 +301,13 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     if isinstance(inputs, str | bytes):
         raise TypeError("map_children() takes an iterable of inputs, not a single str")
     items = list(inputs)
-    for i, item in enumerate(items):
-        _check_input(runtime, (item,), {}, f"input {i} of map_children({name!r})")
     upcoming = _line_position(run, run.peek()[0], "map_children")
     _check_run_id(child_run_id(run.run_id, upcoming, max(len(items) - 1, 0)), "map_children")
     position, record = run.reach(name, CHILDREN)
     if record is None:
+        # Every input is checked before anything is stored; a later delivery checks only the
+        # inputs it starts (the fan-out is stored: its inputs were checked then).
+        _check_inputs(runtime, name, items, range(len(items)))
         if run.state.cancel_pending:
             raise cancelled(run, position, name, CHILDREN)
         if not items:
@@ -341,6 +342,11 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
             first_pass = False
         if _fan_out_once(run, line, name, fan, items):
             return copy.deepcopy(fan.results())
+
+
+def _check_inputs(runtime: Runtime, name: str, items: list[Any], indices: range) -> None:
+    for i in indices:
+        _check_input(runtime, (items[i],), {}, f"input {i} of map_children({name!r})")
 
 
 def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items: list[Any]) -> bool:
@@ -389,7 +395,9 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
     ended_after = len(fan.ended) + len(events)
     room = fan.at_most - (len(fan.started) - ended_after)
     first = len(fan.started)
-    for index in range(first, min(fan.total, first + max(0, room))):
+    starting = range(first, min(fan.total, first + max(0, room)))
+    _check_inputs(runtime, name, items, starting)
+    for index in starting:
         rid = child_run_id(run.run_id, position, index)
         events.append(
             run.event(CHILD_STARTED, position, name=name, kind=CHILDREN, child=rid, index=index)
@@ -399,8 +407,8 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
         _store_starts(run, events, sends)
     if fan.done():
         return True
-    if not events:
-        _suspend(run, [rid for _, rid in fan.in_flight()])
+    # (a child that ended since the look above is seen by _suspend's own look afterwards)
+    _suspend(run, [rid for _, rid in fan.in_flight()])
     return False
 
 

@@ -113,7 +113,12 @@ def clone(state: RunState) -> RunState:
         if fan is not None and record.status == "waiting":
             twin = copy.copy(record)
             twin.fanout = FanOut(
-                fan.total, fan.at_most, dict(fan.started), dict(fan.ended), set(fan.failed)
+                fan.total,
+                fan.at_most,
+                dict(fan.started),
+                dict(fan.ended),
+                set(fan.failed),
+                dict(fan.flying),
             )
             positions[pos] = twin
         else:
