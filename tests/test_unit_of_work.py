@@ -198,6 +198,25 @@ def test_only_the_first_wake_of_a_suspended_run_sends_it_until_it_suspends_again
         unit.wake("missing", now=NOW, lease=60)  # no row: nothing happens
 
 
+def test_the_events_of_given_types_of_many_streams_are_read_at_once(any_store: AnyStore) -> None:
+    """How a parent reads its children's ends (W11): one read for many streams."""
+    with any_store.unit_of_work() as unit:
+        unit.append(
+            [
+                Append(stream="run/a", expected_version=0, events=[ev("A"), ev("End", n=1)]),
+                Append(stream="run/b", expected_version=0, events=[ev("A")]),
+                Append(stream="run/c", expected_version=0, events=[ev("End", n=3), ev("End")]),
+            ]
+        )
+    found = any_store.journal.read_types(["run/c", "run/a", "run/b", "run/none"], ["End"])
+    assert [(e.stream, e.version, e.data) for e in found] == [
+        ("run/a", 2, {"n": 1}),
+        ("run/c", 1, {"n": 3}),
+        ("run/c", 2, {}),
+    ]
+    assert any_store.journal.read_types([], ["End"]) == []
+
+
 def test_a_run_row_refuses_an_unknown_field_before_anything_is_stored(any_store: AnyStore) -> None:
     with pytest.raises(ValueError, match="'colour'"), any_store.unit_of_work() as unit:
         unit.append([Append(stream="run/r1", expected_version=0, events=[ev()])])

@@ -54,6 +54,10 @@ from celery_durable.core.outcomes import Outcome
 from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CANCEL_REQUESTED,
+    RUN_CANCELLED,
+    RUN_FAULTED,
+    RUN_FINISHED,
+    RUN_PARKED,
     STEP_COMPLETED,
     STEP_FAILED,
     PositionId,
@@ -76,6 +80,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("celery_durable.runs")
 
 ENDED_STATUSES = frozenset((FINISHED, FAULTED, CANCELLED, PARKED))
+ENDINGS = (RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED, RUN_PARKED)
+"""The events that end a run (or park it): what a parent reads of its children (W11)."""
 
 __all__ = [
     "ChildHandle",
@@ -265,7 +271,7 @@ def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
         if run.state.cancel_pending:
             _cancel(run, [handle.run_id])
             raise cancelled(run, position, record.name, CHILD)
-        found = _outcomes(runtime, [handle.run_id], statuses=False)
+        found = _outcomes(runtime, [handle.run_id])
         if found:
             data = outcome_json(found[handle.run_id])
             try:
@@ -459,19 +465,18 @@ def _ended(runtime: Runtime, children: list[str]) -> bool:
     return any(rows.get(rid) in ENDED_STATUSES for rid in children)
 
 
-def _outcomes(
-    runtime: Runtime, children: list[str], *, statuses: bool = True
-) -> dict[str, Outcome]:
-    """The outcomes of those of ``children`` that ended (the run table says which, in one
-    query; only their streams are read)."""
-    if statuses:
-        rows = runtime.runs.statuses(children)
-        ended = [rid for rid in children if rows.get(rid) in ENDED_STATUSES]
-    else:
-        ended = list(children)
+def _outcomes(runtime: Runtime, children: list[str]) -> dict[str, Outcome]:
+    """The outcomes of those of ``children`` that ended: their ending events, read in one
+    query for all of them (only the runs that ended have one)."""
+    ends: dict[str, list[Any]] = {}
+    for event in runtime.journal.read_types([run_stream(rid) for rid in children], ENDINGS):
+        ends.setdefault(event.stream, []).append(event)
     found: dict[str, Outcome] = {}
-    for rid in ended:
-        state = _read(runtime, rid)
+    for rid in children:
+        events = ends.get(run_stream(rid))
+        if not events:
+            continue
+        state = fold(events)  # (only the ends: the outcome is all that is wanted)
         outcome = state.outcome if state.outcome is not None else parked_outcome(state)
         if outcome is not None:
             found[rid] = outcome

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -126,6 +126,19 @@ class MemoryJournal:
         with self.lock:
             self._check_open()
             rows = self._streams.get(stream, [])[after_version:]  # version n is at index n - 1
+        return [row.stored() for row in rows]
+
+    def read_types(self, streams: Sequence[str], types: Collection[str]) -> list[StoredEvent]:
+        """The events of ``streams`` whose type is one of ``types``, by stream and version."""
+        kinds = set(types)
+        with self.lock:
+            self._check_open()
+            rows = [
+                row
+                for stream in sorted(set(streams))
+                for row in self._streams.get(stream, [])
+                if row.type in kinds
+            ]
         return [row.stored() for row in rows]
 
     def read_all(
