@@ -79,6 +79,17 @@ def ends_recorded(journal: Any, stream: str, seen: list[Any]) -> int:
     return sum(1 for event in seen if event.type == "ChildEnded")
 
 
+def drained(url: str, timeout: float = 120.0) -> None:
+    """Wait until both queues and Redis' unacknowledged messages are empty, then 2 s."""
+    broker = redis.Redis.from_url(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not (broker.llen("kids") or broker.llen("parents") or broker.hlen("unacked")):
+            break
+        time.sleep(0.2)
+    time.sleep(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000)
@@ -159,6 +170,7 @@ def main() -> None:
             if args.no_chord:
                 durable.close()
                 return
+            drained(args.redis)  # (a parent's wake-ups may still be queued: not the chord's)
 
             cpu0 = cpu_seconds(groups)
             started = time.perf_counter()
