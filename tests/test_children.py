@@ -362,6 +362,38 @@ def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
     assert len([after for after in claims if after > 0]) >= deliveries - 2
 
 
+def test_a_done_fan_outs_results_changed_by_the_body_are_replayed_as_stored(
+    sqlite_durable: DurableHarness,
+) -> None:
+    """The kept state shares a finished fan-out's results (.state_cache); the body gets a
+    copy, so what it changes is not what a later delivery replays (W11)."""
+    durable = sqlite_durable
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.done.child")
+    def child_task(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    @durable.task(name="kids.done.sleeper")
+    def sleeper(x: int) -> int:
+        durable_sleep(timedelta(seconds=10))
+        return x
+
+    @durable.task(name="kids.done.parent")
+    def parent() -> list[Any]:
+        first = durable.map_children(child_task, range(2), at_most=2)
+        first[0]["seen"] = first[0].get("seen", 0) + 1
+        first.append("more")
+        return [first, durable.map_children(sleeper, range(4), at_most=1)]
+
+    parent.apply_async(task_id="dn")
+    durable.run_until_idle()
+    for _ in range(6):
+        durable.advance(timedelta(seconds=10))
+    assert durable.result("dn") == [[{"x": 0, "seen": 1}, {"x": 1}, "more"], [0, 1, 2, 3]]
+    assert events_of(durable, "dn").count("RunClaimed") >= 5
+
+
 def test_a_fan_outs_later_deliveries_check_only_the_inputs_they_start(
     sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -105,8 +105,9 @@ def read_state(runtime: Runtime, run_id: str) -> tuple[RunState, RunState | None
 
 def clone(state: RunState) -> RunState:
     """A copy of ``state`` a body may change: every value copied, except the bookkeeping of
-    the fan-outs still waiting (their dicts are new, the children's outcomes in them shared:
-    no body sees those before the fan-out is done, and ``map_children`` hands out copies)."""
+    the fan-outs (those still waiting get new dicts, the children's outcomes in them shared:
+    no body sees those before the fan-out is done; those done are shared whole; and
+    ``map_children`` hands out copies of the results)."""
     positions: dict[Any, Position] = {}
     for pos, record in state.positions.items():
         fan = record.fanout
@@ -121,6 +122,10 @@ def clone(state: RunState) -> RunState:
                 dict(fan.flying),
             )
             positions[pos] = twin
+        elif fan is not None and record.status == "completed":
+            # A fan-out that is done is never changed again, and its results are handed
+            # out as copies: shared, not copied on each delivery (10,000 outcomes, say).
+            positions[pos] = copy.copy(record)
         else:
             positions[pos] = copy.deepcopy(record)
     twin_state = copy.copy(state)
