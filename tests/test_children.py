@@ -313,6 +313,136 @@ def test_map_children_keeps_at_most_n_in_flight_and_returns_results_in_order(
     assert sum(kinds.values()) <= 10 * 6 + 10
 
 
+def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
+    durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent's state is kept by the worker process when it suspends (W11): its next
+    deliveries read the events after it, not the whole stream again; a value the body
+    changed is not what the next delivery replays (the kept state is the stored one)."""
+    from celery_durable import sleep as durable_sleep
+
+    journal = durable.durable.runtime.journal
+    reads: list[int] = []
+    real_read = journal.read_stream
+
+    def read_stream(stream: str, after_version: int = 0) -> Any:
+        if stream == run_stream("kp"):
+            reads.append(after_version)
+        return real_read(stream, after_version)
+
+    monkeypatch.setattr(journal, "read_stream", read_stream)
+
+    @durable.step(name="rows")
+    def rows() -> list[str]:
+        return ["a"]
+
+    @durable.task(name="kids.kept.child")
+    def square(x: int) -> int:
+        durable_sleep(timedelta(seconds=10 * (x + 1)))
+        return x * x
+
+    @durable.task(name="kids.kept.parent")
+    def parent(n: int) -> list[Any]:
+        seen = rows()
+        seen.append("changed by the body")  # must not leak into the next delivery's replay
+        return [seen, durable.map_children(square, range(n), at_most=2)]
+
+    parent.apply_async((6,), task_id="kp")
+    durable.run_until_idle()
+    for _ in range(14):
+        durable.advance(timedelta(seconds=10))
+    claims = list(reads)  # (reading the result below reads the stream too)
+    assert durable.result("kp") == [["a", "changed by the body"], [x * x for x in range(6)]]
+    deliveries = events_of(durable, "kp").count("RunClaimed")
+    assert deliveries >= 5
+    # The first delivery reads the empty stream, the second the whole stream (the first left
+    # no state: it had no fan-out yet when it claimed); every later one only the events after
+    # the state kept.
+    assert claims.count(0) <= 2, claims
+    assert len([after for after in claims if after > 0]) >= deliveries - 2
+
+
+def test_a_done_fan_outs_results_changed_by_the_body_are_replayed_as_stored(
+    sqlite_durable: DurableHarness,
+) -> None:
+    """The kept state shares a finished fan-out's results (.state_cache); the body gets a
+    copy, so what it changes is not what a later delivery replays (W11)."""
+    durable = sqlite_durable
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.done.child")
+    def child_task(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    @durable.task(name="kids.done.sleeper")
+    def sleeper(x: int) -> int:
+        durable_sleep(timedelta(seconds=10))
+        return x
+
+    @durable.task(name="kids.done.parent")
+    def parent() -> list[Any]:
+        first = durable.map_children(child_task, range(2), at_most=2)
+        first[0]["seen"] = first[0].get("seen", 0) + 1
+        first.append("more")
+        return [first, durable.map_children(sleeper, range(4), at_most=1)]
+
+    parent.apply_async(task_id="dn")
+    durable.run_until_idle()
+    for _ in range(6):
+        durable.advance(timedelta(seconds=10))
+    assert durable.result("dn") == [[{"x": 0, "seen": 1}, {"x": 1}, "more"], [0, 1, 2, 3]]
+    assert events_of(durable, "dn").count("RunClaimed") >= 5
+
+
+def test_a_fan_outs_later_deliveries_check_only_the_inputs_they_start(
+    sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every input is checked before the fan-out is stored; afterwards a delivery checks
+    only the inputs it starts, not all of them again on each wake-up (W11)."""
+    durable = sqlite_durable
+    from celery_durable import sleep as durable_sleep
+    from celery_durable.worker import children
+
+    checked: Counter[str] = Counter()
+    real_check = children._check_input
+
+    def check(runtime: Any, args: Any, kwargs: Any, what: str) -> None:
+        checked[what] += 1
+        real_check(runtime, args, kwargs, what)
+
+    monkeypatch.setattr(children, "_check_input", check)
+
+    @durable.task(name="kids.checked.child")
+    def child_task(x: int) -> int:
+        durable_sleep(timedelta(seconds=10))
+        return x
+
+    @durable.task(name="kids.checked.parent")
+    def parent() -> list[int]:
+        return list(durable.map_children(child_task, range(8), at_most=2))
+
+    parent.apply_async(task_id="ck")
+    durable.run_until_idle()
+    for _ in range(6):
+        durable.advance(timedelta(seconds=10))
+    assert durable.result("ck") == list(range(8))
+    assert events_of(durable, "ck").count("RunClaimed") >= 4
+    assert set(checked.values()) == {2}, checked  # once up front, once when started
+
+
+def test_a_fan_outs_in_flight_children_are_kept_as_events_are_folded() -> None:
+    from celery_durable.core.children import FanOut
+
+    fan = FanOut(total=4, at_most=2)
+    fan.start(0, "p:0.0")
+    fan.start(1, "p:0.1")
+    fan.end(0, {"state": "finished", "result": 0})
+    fan.start(2, "p:0.2")
+    assert fan.in_flight() == [(1, "p:0.1"), (2, "p:0.2")]
+    assert fan.flying == {1: "p:0.1", 2: "p:0.2"}
+    assert list(fan.to_start()) == []
+
+
 def test_map_children_after_crashes_starts_no_finished_child_again(
     sqlite_durable: DurableHarness,
 ) -> None:

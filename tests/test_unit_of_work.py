@@ -21,6 +21,7 @@ from celery_durable.core.journal import Append, NewEvent
 from celery_durable.core.rules import Every
 from celery_durable.core.schedule_aggregate import Create, ScheduleState, decide_all
 from celery_durable.core.schedule_events import Content
+from celery_durable.core.unit_of_work import WAKE_AGAIN_AFTER
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.message import Resend
 from celery_durable.store.journal.sql import SqlJournal
@@ -155,6 +156,65 @@ def test_queued_gives_the_sent_runs_no_worker_has_claimed(any_store: AnyStore) -
     found = any_store.run_table().queued(["q1", "c1", "unknown", "q2"])
     assert sorted((r.run_id, tuple(r.args)) for r in found) == [("q1", (0,)), ("q2", (1,))]
     assert any_store.run_table().queued([]) == []
+
+
+def test_only_the_first_wake_of_a_suspended_run_sends_it_until_it_suspends_again(
+    any_store: AnyStore,
+) -> None:
+    """A child's end wakes its parent in its own unit of work (W10): the first one marks the
+    suspended row and gets the parent's message, the ones after it nothing, until the parent
+    is claimed and suspends again. A run that is not suspended is never woken."""
+    message = {"task": "p", "args": [1], "kwargs": {}}
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {"status": "running", "task": "p", "message": message}, now=NOW)
+        assert unit.wake("p", now=NOW, lease=60) is None  # running: nothing to wake
+    suspended = {"status": "suspended", "owner": None, "lease_until": None}
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {**suspended, "wake_at": NOW + timedelta(hours=1)}, now=NOW)
+    with any_store.unit_of_work() as unit:
+        woke = unit.wake("p", now=NOW, lease=60)
+        assert unit.wake("p", now=NOW, lease=60) is None  # the same unit marked it
+    assert woke is not None and (woke.run_id, woke.task) == ("p", "p")
+    assert woke.to_json()["args"] == [1]
+    for _ in range(2):
+        with any_store.unit_of_work() as unit:
+            assert unit.wake("p", now=NOW + timedelta(seconds=29), lease=60) is None
+    # A mark older than WAKE_AGAIN_AFTER: that wake-up was lost, the next end sends again.
+    later = NOW + timedelta(seconds=WAKE_AGAIN_AFTER)
+    with any_store.unit_of_work() as unit:
+        assert unit.wake("p", now=later, lease=60) is not None
+    with any_store.unit_of_work() as unit:
+        assert unit.wake("p", now=later, lease=60) is None
+    row = any_store.run_table().row("p")
+    assert row is not None and row["status"] == "suspended"
+    assert row["wake_at"] == NOW + timedelta(hours=1)  # the dispatcher's fallback stays
+    with any_store.unit_of_work() as unit:  # claimed, then suspended again
+        unit.save_run("p", {"status": "running", "lease_until": NOW}, now=NOW)
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {**suspended, "wake_at": NOW}, now=NOW)
+    with any_store.unit_of_work() as unit:
+        assert unit.wake("p", now=NOW, lease=60) is not None
+    with any_store.unit_of_work() as unit:
+        unit.wake("missing", now=NOW, lease=60)  # no row: nothing happens
+
+
+def test_the_events_of_given_types_of_many_streams_are_read_at_once(any_store: AnyStore) -> None:
+    """How a parent reads its children's ends (W11): one read for many streams."""
+    with any_store.unit_of_work() as unit:
+        unit.append(
+            [
+                Append(stream="run/a", expected_version=0, events=[ev("A"), ev("End", n=1)]),
+                Append(stream="run/b", expected_version=0, events=[ev("A")]),
+                Append(stream="run/c", expected_version=0, events=[ev("End", n=3), ev("End")]),
+            ]
+        )
+    found = any_store.journal.read_streams(["run/c", "run/a", "run/b", "run/none"], types=["End"])
+    assert {s: [(e.version, e.data) for e in events] for s, events in found.items()} == {
+        "run/a": [(2, {"n": 1})],
+        "run/c": [(1, {"n": 3}), (2, {})],
+    }
+    assert any_store.journal.read_streams([], types=["End"]) == {}
+    assert any_store.journal.read_streams(["run/a"], types=[]) == {}
 
 
 def test_a_run_row_refuses_an_unknown_field_before_anything_is_stored(any_store: AnyStore) -> None:

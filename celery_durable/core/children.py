@@ -52,10 +52,19 @@ class FanOut:
     """Index → the child's outcome (:func:`outcome_json`) as the parent recorded it."""
     failed: set[int] = field(default_factory=set)
     """Indices of the children seen ended without finishing."""
+    flying: dict[int, str] = field(default_factory=dict)
+    """The part of :attr:`started` not yet seen ended (kept as events are folded, so that a
+    wake-up of a fan-out of 10,000 children looks at ``at_most`` of them, not at all)."""
 
     def in_flight(self) -> list[tuple[int, str]]:
         """``(index, run ID)`` of the children started and not yet seen ended, by index."""
-        return [(i, rid) for i, rid in sorted(self.started.items()) if i not in self.ended]
+        return sorted(self.flying.items())
+
+    def start(self, index: int, child: str) -> None:
+        """Record that the child of input ``index`` was started (the fold)."""
+        self.started[index] = child
+        if index not in self.ended:
+            self.flying[index] = child
 
     def to_start(self) -> range:
         """The indices to start now: the next ones in input order, so that at most
@@ -78,6 +87,7 @@ class FanOut:
     def end(self, index: int, outcome: dict[str, Any]) -> None:
         """Record that the child of input ``index`` ended with ``outcome`` (the fold)."""
         self.ended[index] = outcome
+        self.flying.pop(index, None)
         if outcome.get("state") != "finished":
             self.failed.add(index)
 

@@ -278,7 +278,7 @@ def _apply_child(record: Position, type_: str, data: Mapping[str, Any]) -> None:
             record.status = "waiting"
             record.child = data["child"]
         elif record.fanout is not None:
-            record.fanout.started[int(index)] = data["child"]
+            record.fanout.start(int(index), data["child"])
     elif index is not None:
         fan = record.fanout
         if fan is not None:

@@ -19,6 +19,10 @@ from celery_durable.core.journal import Append, Journal
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import ScheduleState
 
+WAKE_AGAIN_AFTER = 30.0
+"""Seconds after which a run marked woken but not claimed since may be woken again (the
+wake-up was lost: the waking child's worker died between its commit and the send)."""
+
 RUN_ROW_FIELDS = frozenset({"status", "owner", "lease_until", "wake_at", "task", "message"})
 """What :meth:`UnitOfWork.save_run` may change in a run's row (``updated_at`` is ``now``)."""
 
@@ -65,6 +69,16 @@ class UnitOfWork(Protocol):
         within ``lease`` seconds (D8); a row that exists already is left alone."""
         ...
 
+    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
+        """Note that a suspended run is being sent again (a child's end wakes its parent,
+        W10): its row's ``lease_until`` is set to ``now + lease`` (a suspended row has none),
+        its status and wake time stay. Returns the run's message to send once the unit is
+        stored, or ``None`` when the row is not suspended or another wake-up is in flight
+        already (its ``lease_until`` is set, less than :data:`WAKE_AGAIN_AFTER` seconds ago):
+        of many children ending, only the first sends the parent. The parent's next
+        suspension clears the mark."""
+        ...
+
     def save_index(
         self, states: Sequence[ScheduleState], *, now: datetime, live: LiveSchedules | None = None
     ) -> None:
@@ -102,4 +116,11 @@ def check_run_values(values: Mapping[str, Any]) -> None:
         raise ValueError(f"a run row has no field(s) {', '.join(map(repr, unknown))}")
 
 
-__all__ = ["RUN_ROW_FIELDS", "SentRun", "Store", "UnitOfWork", "check_run_values"]
+__all__ = [
+    "RUN_ROW_FIELDS",
+    "WAKE_AGAIN_AFTER",
+    "SentRun",
+    "Store",
+    "UnitOfWork",
+    "check_run_values",
+]

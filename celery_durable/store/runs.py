@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
-from celery_durable.core.unit_of_work import SentRun, check_run_values
+from celery_durable.core.unit_of_work import WAKE_AGAIN_AFTER, SentRun, check_run_values
 from celery_durable.message import Resend, message_json
 from celery_durable.store.journal.database import Database
 from celery_durable.store.journal.errors import translating
@@ -366,6 +366,32 @@ def save_run_row(
             "run_id": run_id,
         }
         conn.execute(database.insert_or_update(runs_table, "run_id", changed).values(**row))
+
+
+def wake_row(conn: Connection, run_id: str, *, now: datetime, lease: float) -> Resend | None:
+    """The unit of work's ``wake``: in the caller's transaction, mark the suspended row of
+    ``run_id`` as woken (``lease_until``) unless it was marked less than
+    ``WAKE_AGAIN_AFTER`` seconds ago; its message when this call marked it. The conditional
+    ``UPDATE`` takes the row's lock, so of two transactions at once only one sees it unmarked
+    (the other waits, then sees the mark)."""
+    stale_mark = now + timedelta(seconds=lease - WAKE_AGAIN_AFTER)
+    result = conn.execute(
+        update(runs_table)
+        .where(
+            runs_table.c.run_id == run_id,
+            runs_table.c.status == SUSPENDED,
+            or_(runs_table.c.lease_until.is_(None), runs_table.c.lease_until <= stale_mark),
+        )
+        .values(lease_until=now + timedelta(seconds=lease))
+    )
+    if not result.rowcount:
+        return None
+    found = conn.execute(
+        select(runs_table.c.run_id, runs_table.c.task, runs_table.c.message).where(
+            runs_table.c.run_id == run_id
+        )
+    ).first()
+    return None if found is None else _resend(found)
 
 
 def due_filter(now: datetime) -> Any:

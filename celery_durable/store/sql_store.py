@@ -25,7 +25,7 @@ from celery_durable.store.index import ScheduleIndex, entry_row, upsert
 from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.partitions import PartitionLeases, resolve_partitions
 from celery_durable.store.retention import Pruner
-from celery_durable.store.runs import RunStore, record_sent_rows, save_run_row
+from celery_durable.store.runs import RunStore, record_sent_rows, save_run_row, wake_row
 
 if TYPE_CHECKING:
     from celery_durable.core.unit_of_work import Store, UnitOfWork
@@ -51,6 +51,10 @@ class SqlUnitOfWork:
     def record_sent(self, sent: Sequence[SentRun], *, now: datetime, lease: float) -> None:
         """Queued rows for runs just sent; existing rows stay (D8)."""
         record_sent_rows(self._conn, self._journal.database, sent, now=now, lease=lease)
+
+    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
+        """Mark a suspended run's row as being sent again; its message, or ``None``."""
+        return wake_row(self._conn, run_id, now=now, lease=lease)
 
     def save_index(
         self, states: Sequence[ScheduleState], *, now: datetime, live: LiveSchedules | None = None

@@ -111,6 +111,7 @@ def _end(run: RunContext, type_: str, status: str, data: dict[str, Any]) -> None
     run.append(
         [run.event(type_, **data)],
         {"status": status, "owner": None, "lease_until": None, "wake_at": None},
+        wake=run.state.parent,
     )
     wake_parent(run)
 

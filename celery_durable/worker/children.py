@@ -11,15 +11,21 @@ a run does nothing: W1), so no beat is needed for that; a message lost later (a 
 drops it) is sent again by the dispatcher's stale-run re-send (D8).
 
 Waiting gives the worker back as a durable sleep does (W4): the parent stores ``RunSuspended``
-(reason ``child``). Who wakes it: the child's worker, right after it stores the child's outcome,
-sends the parent's message again (so a parent resumes without beat). A wake-up lost on the way is
-covered by the parent's row, which asks the dispatcher to send the parent again one run lease
-later (``durable_run_lease``). After storing its suspension the parent looks at its children
-once more, so a child that ended in between is not missed.
+(reason ``child``). Who wakes it: the child's worker. The unit of work that stores the child's
+outcome also marks the suspended parent's row woken, and that child sends the parent's message
+again once it is stored (so a parent resumes without beat); children ending after it find the
+mark and send nothing, until the parent suspends again (one delivery of the parent sees many
+ends). A wake-up lost on the way is covered by the parent's row, which asks the dispatcher to
+send the parent again one run lease later (``durable_run_lease``). After storing its
+suspension the parent looks at its children once more, so a child that ended in between (and
+found the parent's row not suspended) is not missed: the parent wakes itself the same way.
+A worker process keeps the state of a parent it suspended (:mod:`.state_cache`), so that the
+parent's next delivery reads only the events stored since.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable
 from datetime import timedelta
@@ -48,6 +54,10 @@ from celery_durable.core.outcomes import Outcome
 from celery_durable.core.run_aggregate import (
     FORMAT,
     RUN_CANCEL_REQUESTED,
+    RUN_CANCELLED,
+    RUN_FAULTED,
+    RUN_FINISHED,
+    RUN_PARKED,
     STEP_COMPLETED,
     STEP_FAILED,
     PositionId,
@@ -59,7 +69,8 @@ from celery_durable.errors import DurableError, StepFailed
 from celery_durable.message import PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED
-from celery_durable.worker.context import Changed, RunContext, Suspend, current_run
+from celery_durable.worker.context import Changed, RunContext, current_run
+from celery_durable.worker.state_cache import state_cache
 from celery_durable.worker.steps import cancelled, step_failed
 from celery_durable.worker.traced import traced
 
@@ -69,6 +80,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("celery_durable.runs")
 
 ENDED_STATUSES = frozenset((FINISHED, FAULTED, CANCELLED, PARKED))
+ENDINGS = (RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED, RUN_PARKED)
+"""The events that end a run (or park it): what a parent reads of its children (W11)."""
 
 __all__ = [
     "ChildHandle",
@@ -258,7 +271,7 @@ def wait_child(runtime: Runtime, handle: ChildHandle) -> Any:
         if run.state.cancel_pending:
             _cancel(run, [handle.run_id])
             raise cancelled(run, position, record.name, CHILD)
-        found = _outcomes(runtime, [handle.run_id], statuses=False)
+        found = _outcomes(runtime, [handle.run_id])
         if found:
             data = outcome_json(found[handle.run_id])
             try:
@@ -294,12 +307,13 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     if isinstance(inputs, str | bytes):
         raise TypeError("map_children() takes an iterable of inputs, not a single str")
     items = list(inputs)
-    for i, item in enumerate(items):
-        _check_input(runtime, (item,), {}, f"input {i} of map_children({name!r})")
     upcoming = _line_position(run, run.peek()[0], "map_children")
     _check_run_id(child_run_id(run.run_id, upcoming, max(len(items) - 1, 0)), "map_children")
     position, record = run.reach(name, CHILDREN)
     if record is None:
+        # Every input is checked before anything is stored; a later delivery checks only the
+        # inputs it starts (the fan-out is stored: its inputs were checked then).
+        _check_inputs(runtime, name, items, range(len(items)))
         if run.state.cancel_pending:
             raise cancelled(run, position, name, CHILDREN)
         if not items:
@@ -318,7 +332,9 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     first_pass = True
     while True:
         if record.status == "completed":
-            return list(record.result)
+            # A copy: the children's outcomes stay as stored for the next delivery's replay
+            # (.state_cache), whatever the body does with the list it gets.
+            return copy.deepcopy(list(record.result))
         if record.status == "failed":
             raise step_failed(run.run_id, position, name, record.error or {}, 0)
         fan = record.fanout
@@ -331,7 +347,12 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
             _send_unsent(run, [rid for _, rid in fan.in_flight()])
             first_pass = False
         if _fan_out_once(run, line, name, fan, items):
-            return fan.results()
+            return copy.deepcopy(fan.results())
+
+
+def _check_inputs(runtime: Runtime, name: str, items: list[Any], indices: range) -> None:
+    for i in indices:
+        _check_input(runtime, (items[i],), {}, f"input {i} of map_children({name!r})")
 
 
 def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items: list[Any]) -> bool:
@@ -380,7 +401,9 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
     ended_after = len(fan.ended) + len(events)
     room = fan.at_most - (len(fan.started) - ended_after)
     first = len(fan.started)
-    for index in range(first, min(fan.total, first + max(0, room))):
+    starting = range(first, min(fan.total, first + max(0, room)))
+    _check_inputs(runtime, name, items, starting)
+    for index in starting:
         rid = child_run_id(run.run_id, position, index)
         events.append(
             run.event(CHILD_STARTED, position, name=name, kind=CHILDREN, child=rid, index=index)
@@ -390,8 +413,8 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
         _store_starts(run, events, sends)
     if fan.done():
         return True
-    if not events:
-        _suspend(run, [rid for _, rid in fan.in_flight()])
+    # (a child that ended since the look above is seen by _suspend's own look afterwards)
+    _suspend(run, [rid for _, rid in fan.in_flight()])
     return False
 
 
@@ -420,26 +443,38 @@ def _suspend(run: RunContext, children: list[str]) -> None:
         suspend = run.suspend(None, CHILD_WAIT, wake_at=safety)
     except Changed:
         return  # a cancel request arrived: the caller sees it
-    # A child that ended between our look and the suspension sent its wake-up while we still
-    # held the claim (that delivery did nothing): come back at once.
-    if _outcomes(runtime, children):
-        raise Suspend(run.now())
+    pristine = getattr(run, "pristine", None)
+    last = run.last_stored
+    if pristine is not None and last is not None and pristine.version == run.state.version:
+        # The next delivery (in this process, most likely) reads only what comes after.
+        state_cache(runtime).keep(run.run_id, pristine, last)
+    # A child that ended between our look and the suspension found the parent's row not
+    # suspended and sent nothing: wake the parent as that child would have (unless a child
+    # that ended after the suspension did already).
+    if _ended(runtime, children):
+        with runtime.store.unit_of_work() as unit:
+            woke = unit.wake(run.run_id, now=run.now(), lease=runtime.config.run_lease)
+        if woke is not None:
+            Resend.from_json(woke.run_id, woke.task, woke.to_json()).send(runtime.app)
     raise suspend
 
 
-def _outcomes(
-    runtime: Runtime, children: list[str], *, statuses: bool = True
-) -> dict[str, Outcome]:
-    """The outcomes of those of ``children`` that ended (the run table says which, in one
-    query; only their streams are read)."""
-    if statuses:
-        rows = runtime.runs.statuses(children)
-        ended = [rid for rid in children if rows.get(rid) in ENDED_STATUSES]
-    else:
-        ended = list(children)
+def _ended(runtime: Runtime, children: list[str]) -> bool:
+    """Whether one of ``children`` has ended (the run table says, in one query)."""
+    rows = runtime.runs.statuses(children)
+    return any(rows.get(rid) in ENDED_STATUSES for rid in children)
+
+
+def _outcomes(runtime: Runtime, children: list[str]) -> dict[str, Outcome]:
+    """The outcomes of those of ``children`` that ended: their ending events, read in one
+    query for all of them (only the runs that ended have one)."""
+    ends = runtime.journal.read_streams([run_stream(rid) for rid in children], types=ENDINGS)
     found: dict[str, Outcome] = {}
-    for rid in ended:
-        state = _read(runtime, rid)
+    for rid in children:
+        events = ends.get(run_stream(rid))
+        if not events:
+            continue
+        state = fold(events)  # (only the ends: the outcome is all that is wanted)
         outcome = state.outcome if state.outcome is not None else parked_outcome(state)
         if outcome is not None:
             found[rid] = outcome
@@ -456,12 +491,24 @@ def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunSt
 
 def wake_parent(run: RunContext) -> None:
     """Called by a child's worker once the child's outcome is stored: send the parent again
-    when it is waiting (a lost wake-up is covered by the parent's row, see the module doc)."""
+    when it is waiting (a lost wake-up is covered by the parent's row, see the module doc).
+
+    The unit of work that stored the child's end marked the parent's row woken when it was
+    suspended and not marked yet (``wake=`` of :meth:`RunContext.append`): only that child
+    sends the parent, the ones ending after it until the parent suspends again send nothing
+    (the parent sees their ends on the delivery already sent, or, ending while it runs, just
+    after its next suspension). When that unit did not look at the row (an end stored by the
+    claim, or a commit whose reply was lost), the row is read and a suspended parent sent."""
     parent = run.state.parent
     if not parent:
         return
     runtime = run.runtime
     try:
+        if run.wake_known:
+            woke = run.woke
+            if woke is not None:
+                Resend.from_json(woke.run_id, woke.task, woke.to_json()).send(runtime.app)
+            return
         row = runtime.runs.row(parent)
         if row is None or row.get("status") != SUSPENDED:
             return

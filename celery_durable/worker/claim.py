@@ -41,6 +41,7 @@ from celery_durable.worker.run_ends import (
     record_failed_to_start,
     record_missed,
 )
+from celery_durable.worker.state_cache import read_state
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -86,7 +87,7 @@ def claimed(
     runtime: Runtime = task.runtime
     journal = runtime.journal
     stream = run_stream(run_id)
-    state = fold(journal.read_stream(stream))
+    state, pristine = read_state(runtime, run_id)
     run = RunContext(
         runtime,
         run_id=run_id,
@@ -96,6 +97,7 @@ def claimed(
         short_sleep=short_sleep_limit(task.app),
         eager=eager,
     )
+    run.pristine = pristine
     if not state.started and past_deadline(task.request, runtime.now()):
         # P1: a run that has not started by its start deadline never starts.
         record_missed(runtime, task, task.request, MISSED_LATE_DELIVERY)
@@ -131,6 +133,7 @@ def claimed(
         return False, None
 
     def reread() -> None:
+        run.pristine = None  # (only this delivery's own events are folded into it)
         fold(journal.read_stream(stream, state.version), state)
 
     try:

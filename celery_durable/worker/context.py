@@ -11,6 +11,7 @@ cancel request) or stops without storing anything (another delivery owns the run
 from __future__ import annotations
 
 import contextvars
+import copy
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -143,6 +144,16 @@ class RunContext:
         self.step: StepContext | None = None
         self.in_step = False
         self.mismatch: Mismatch | None = None
+        self.pristine: RunState | None = None
+        """The same state, folded from copies of the events, whose values no body holds:
+        what a parent waiting for its children leaves to the next delivery
+        (:mod:`.state_cache`); ``None`` for other runs."""
+        self.last_stored: NewEvent | None = None
+        """The event this delivery stored last (at the state's version once stored)."""
+        self.woke: SentRun | None = None
+        """The parent's message when this run's end marked its parent woken (``wake=``)."""
+        self.wake_known = False
+        """Whether the stored end's unit of work looked at the parent's row (``wake=``)."""
         self.lock = threading.RLock()
         """Held around every append: steps of parallel branches store from several threads
         (W9). Reads of a position take no lock (one dict lookup, atomic in CPython)."""
@@ -230,11 +241,14 @@ class RunContext:
         *,
         abort_if: Callable[[], bool] | None = None,
         sent: Sequence[SentRun] = (),
+        wake: str | None = None,
     ) -> None:
         """Append ``events`` at the version in memory; fold them into the state.
 
         ``row``: values for the run's row in the run table, and ``sent``: rows for runs just
-        sent (children being started), written in the same unit of work. The lease is renewed
+        sent (children being started), written in the same unit of work; ``wake``: a parent
+        to mark woken in it too (a child's end, W10: :attr:`woke` then holds the parent's
+        message when this unit is the one that woke it). The lease is renewed
         in the same commit once half of it has passed.
         Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
         :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
@@ -253,7 +267,7 @@ class RunContext:
                 values = values or {}
                 values.setdefault("lease_until", until)
                 values.setdefault("owner", self.owner)
-            self.stored(batch, self._write(batch, values, now, sent))
+            self.stored(batch, self._write(batch, values, now, sent, wake))
             if renewing:
                 self.lease_until = self.state.claim.lease_until if self.state.claim else None
 
@@ -272,6 +286,16 @@ class RunContext:
         for offset, new in enumerate(batch, start=1):
             apply(self.state, start + offset, new.type, new.data)
         self.state.version = version
+        if batch:
+            self.last_stored = batch[-1]
+        pristine = self.pristine
+        if pristine is not None:
+            if pristine.version != start:
+                self.pristine = None
+            else:
+                for offset, new in enumerate(batch, start=1):
+                    apply(pristine, start + offset, new.type, copy.deepcopy(new.data))
+                pristine.version = version
 
     def _write(
         self,
@@ -279,12 +303,13 @@ class RunContext:
         values: dict[str, Any] | None,
         now: datetime,
         sent: Sequence[SentRun] = (),
+        wake: str | None = None,
     ) -> int:
         """Store ``batch``; a connection that dies under it is replaced once before the
         delivery gives up (a step's side effect has happened: its result must not be lost
         to a server restart between two steps)."""
         try:
-            return self.write(batch, values, now, sent)
+            return self.write(batch, values, now, sent, wake)
         except JournalUnavailable as exc:
             if not exc.connection_lost:
                 raise
@@ -293,8 +318,10 @@ class RunContext:
                 "storing it again on a fresh connection",
                 self.run_id, ", ".join(new.type for new in batch), extra={"run_id": self.run_id},
             )  # fmt: skip
+            self.pristine = None
             landed = self._landed(batch)
-            return landed if landed is not None else self.write(batch, values, now, sent)
+            # (landed: whether it marked the parent is unknown; wake_known stays False)
+            return landed if landed is not None else self.write(batch, values, now, sent, wake)
 
     def _landed(self, batch: list[NewEvent]) -> int | None:
         """The stream's version if ``batch`` was committed although its reply was lost."""
@@ -312,21 +339,29 @@ class RunContext:
         values: dict[str, Any] | None,
         now: datetime,
         sent: Sequence[SentRun] = (),
+        wake: str | None = None,
     ) -> int:
         """The one write of a run's events and its row: ``batch`` at the version in memory,
-        the row's ``values`` and the rows of runs ``sent``, in one unit of work; the stream's
-        new version. ``AppendConflict`` when another writer got there first."""
+        the row's ``values``, the rows of runs ``sent`` and the mark of a parent woken
+        (``wake``), in one unit of work; the stream's new version. ``AppendConflict`` when
+        another writer got there first."""
         append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
+        woke = None
         with self.runtime.store.unit_of_work() as unit:
             version = unit.append([append])[0]
             if values is not None:
                 unit.save_run(self.run_id, values, now=now)
             if sent:
                 unit.record_sent(sent, now=now, lease=self.lease)
+            if wake is not None:
+                woke = unit.wake(wake, now=now, lease=self.lease)
+        if wake is not None:
+            self.woke, self.wake_known = woke, True
         return version
 
     def catch_up(self) -> None:
         """Fold what others appended; raise :class:`LostClaim` if the run is no longer ours."""
+        self.pristine = None  # (what others stored is not folded into it)
         fold(self.journal.read_stream(self.stream, self.state.version), self.state)
         claim = self.state.claim
         if claim is None or claim.owner != self.owner or self.state.ended:

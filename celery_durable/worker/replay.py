@@ -105,6 +105,7 @@ class ReplayContext(RunContext):
         *,
         abort_if: Callable[[], bool] | None = None,
         sent: Sequence[SentRun] = (),
+        wake: str | None = None,
     ) -> None:
         if events and all(new.type == BRANCHES_STOPPED for new in events):
             # A group stored before its markers stops again on replay (W9): bookkeeping,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -129,7 +129,7 @@ class MemoryJournal:
         return [row.stored() for row in rows]
 
     def read_streams(
-        self, streams: Sequence[str], *, types: Sequence[str] | None = None
+        self, streams: Sequence[str], *, types: Collection[str] | None = None
     ) -> dict[str, list[StoredEvent]]:
         """The events of several streams (only those of ``types`` when given), oldest first,
         by stream; a stream without such events is left out."""

@@ -477,24 +477,27 @@ class SqlJournal:
             return [_stored(row) for row in conn.execute(query)]
 
     def read_streams(
-        self, streams: Sequence[str], *, types: Sequence[str] | None = None
+        self, streams: Sequence[str], *, types: Collection[str] | None = None
     ) -> dict[str, list[StoredEvent]]:
         """The events of several streams (only those of ``types`` when given), oldest first,
         by stream; a stream without such events is left out.
 
         One statement per 500 streams, through the ``(stream, version)`` key: a page showing
-        many runs reads their endings at once, not one stream per run.
+        many runs reads their endings at once, not one stream per run, and a parent reads the
+        ends of its children in flight in one query (W11).
         """
         wanted = list(dict.fromkeys(streams))
         found: dict[str, list[StoredEvent]] = {}
+        if not wanted or (types is not None and not types):
+            return found
         with self._reading() as conn:
             for start in range(0, len(wanted), 500):
                 query = select(*_EVENT_COLUMNS).where(
-                    _events.c.stream.in_(wanted[start : start + 500])
+                    self.database.one_of(_events.c.stream, wanted[start : start + 500])
                 )
                 if types is not None:
-                    query = query.where(_events.c.type.in_(list(types)))
-                for row in conn.execute(query.order_by(_events.c.position)):
+                    query = query.where(_events.c.type.in_(sorted(types)))
+                for row in conn.execute(query.order_by(_events.c.stream, _events.c.version)):
                     event = _stored(row)
                     found.setdefault(event.stream, []).append(event)
         return found

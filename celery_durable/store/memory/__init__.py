@@ -45,6 +45,7 @@ class MemoryUnitOfWork:
         self._store = store
         self._staged: dict[str, int] = {}
         self._writes: list[Callable[[], None]] = []
+        self._woken: set[str] = set()
         self.failed = False
         """Whether an append of this unit conflicted (then nothing of it is stored)."""
 
@@ -72,6 +73,15 @@ class MemoryUnitOfWork:
         """Queued rows for runs just sent; existing rows stay (D8)."""
         runs = list(sent)
         self._writes.append(lambda: self._store.runs.add_sent(runs, now, lease))
+
+    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
+        """Mark a suspended run's row as being sent again; its message, or ``None``. The
+        store's lock is held for the whole unit: the check and the write are one step."""
+        resend = self._store.runs.wake_check(run_id, self._woken, now, lease)
+        if resend is not None:
+            self._woken.add(run_id)
+            self._writes.append(lambda: self._store.runs.mark_woken(run_id, now, lease))
+        return resend
 
     def save_index(
         self, states: Sequence[ScheduleState], *, now: datetime, live: LiveSchedules | None = None

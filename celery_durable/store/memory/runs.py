@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_durable.core.codec import dumps
-from celery_durable.core.unit_of_work import SentRun, check_run_values
+from celery_durable.core.unit_of_work import WAKE_AGAIN_AFTER, SentRun, check_run_values
 from celery_durable.message import Resend, message_json
 from celery_durable.store.runs import (
     ACTIVE,
@@ -88,6 +88,26 @@ class MemoryRunTable:
             "message": message,
         }
         return True
+
+    def wake_check(
+        self, run_id: str, staged: set[str], now: datetime, lease: float
+    ) -> Resend | None:
+        """The message of ``run_id`` when its row is suspended and not marked woken in the
+        last ``WAKE_AGAIN_AFTER`` seconds (nor by the unit asking, ``staged``): the check of
+        the unit of work's ``wake``."""
+        row = self._rows.get(run_id)
+        if row is None or run_id in staged or row["status"] != SUSPENDED:
+            return None
+        mark = row["lease_until"]
+        if mark is not None and mark > now + timedelta(seconds=lease - WAKE_AGAIN_AFTER):
+            return None
+        return _resend(row)
+
+    def mark_woken(self, run_id: str, now: datetime, lease: float) -> None:
+        """The write of the unit of work's ``wake`` (see ``store.runs.wake_row``)."""
+        row = self._rows.get(run_id)
+        if row is not None and row["status"] == SUSPENDED:
+            row["lease_until"] = now + timedelta(seconds=lease)
 
     # -- RunStore's methods --------------------------------------------------------------------
 
