@@ -497,7 +497,7 @@ class SqlJournal:
                 )
                 if types is not None:
                     query = query.where(_events.c.type.in_(sorted(types)))
-                for row in conn.execute(query.order_by(_events.c.stream, _events.c.version)):
+                for row in conn.execute(query.order_by(_events.c.position)):
                     event = _stored(row)
                     found.setdefault(event.stream, []).append(event)
         return found
