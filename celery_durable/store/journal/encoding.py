@@ -26,7 +26,26 @@ def _check_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an int >= 0, not {value!r}")
 
 
+_CHECKED: dict[int, set[str]] = {}
+"""Names already found good, per length limit: a run's steps append to one stream with a few
+event types, so each name is checked once, not at every append."""
+_CHECKED_MAX = 4096
+
+
 def _check_name(what: str, value: object, limit: int) -> str:
+    known = _CHECKED.get(limit)
+    if known is not None and type(value) is str and value in known:
+        return value
+    name = _check_new_name(what, value, limit)
+    if known is None:
+        known = _CHECKED[limit] = set()
+    elif len(known) >= _CHECKED_MAX:
+        known.clear()
+    known.add(name)
+    return name
+
+
+def _check_new_name(what: str, value: object, limit: int) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:

@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -51,9 +51,10 @@ from celery_durable.store.journal.encoding import (
     encode_data,
     first_misfit,
 )
-from celery_durable.store.journal.errors import one_line, translated
+from celery_durable.store.journal.errors import as_journal_error, one_line, translated
 from celery_durable.store.journal.mysql import MysqlDatabase
 from celery_durable.store.journal.postgres import PostgresDatabase, advisory_key, copy_rows
+from celery_durable.store.journal.prepared import Prepared
 from celery_durable.store.journal.sqlite import SqliteDatabase
 from celery_durable.store.journal.urls import (
     is_mysql,
@@ -178,6 +179,7 @@ class SqlJournal:
         self.metadata = schema.metadata
         self._init_lock = threading.Lock()
         self._local = threading.local()  # .open: a transaction() is open in this thread
+        self._prepared: dict[Any, Prepared] = {}  # insert statement -> its rendered form
         self._ready = False
         self._closed = False
         _track_for_fork(self)
@@ -252,8 +254,7 @@ class SqlJournal:
 
     # -- writing -----------------------------------------------------------------------------
 
-    @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:
         """A write transaction for appends and the caller's own tables, committed at the end.
 
         On SQLite it starts with ``BEGIN IMMEDIATE`` (waits up to 30 s for other writers).
@@ -269,24 +270,39 @@ class SqlJournal:
         this one's locks forever, so they raise :class:`JournalError` instead. Reads through
         the journal's other methods work but do not see this transaction's uncommitted rows.
         """
-        self._refuse_nesting()
-        self.ensure_ready()
-        with self._write_connection() as conn:
-            state = _TxState()
-            conn.info[_TX_KEY] = state
-            self._local.open = True
-            try:
-                yield conn
-                if state.failed:
-                    raise JournalError(
-                        "an append in this transaction failed; the transaction was rolled back"
-                    )
-            finally:
-                self._local.open = False
-                # On a connection the server dropped even reading `info` raises: keep the
-                # original error, not that one.
-                with contextlib.suppress(SQLAlchemyError):
-                    conn.info.pop(_TX_KEY, None)
+        return self._transaction(None)
+
+    @contextmanager
+    def _transaction(self, doing: str | None) -> Iterator[Connection]:
+        """:meth:`transaction`, and :meth:`writing` when ``doing`` names what to say in its
+        translated errors: one generator for both, as every durable step opens one."""
+        try:
+            self._refuse_nesting()
+            self.ensure_ready()
+            with self._core.connect() as conn:  # what _write_connection does, inline
+                with conn.begin():
+                    self.database.begin_write(conn)
+                    state = _TxState()
+                    conn.info[_TX_KEY] = state
+                    self._local.open = True
+                    try:
+                        yield conn
+                        if state.failed:
+                            raise JournalError(
+                                "an append in this transaction failed; the transaction was "
+                                "rolled back"
+                            )
+                    finally:
+                        self._local.open = False
+                        # On a connection the server dropped even reading `info` raises: keep
+                        # the original error, not that one.
+                        with contextlib.suppress(SQLAlchemyError):
+                            conn.info.pop(_TX_KEY, None)
+                self.database.committed(conn)
+        except SQLAlchemyError as exc:
+            if doing is None:
+                raise
+            raise as_journal_error(exc, self.url, doing) from exc
 
     def _refuse_nesting(self) -> None:
         if getattr(self._local, "open", False):
@@ -334,12 +350,10 @@ class SqlJournal:
         with self.writing() as conn:
             self._append_rows(conn, appends, rows)
 
-    @contextmanager
-    def writing(self) -> Iterator[Connection]:
+    def writing(self) -> AbstractContextManager[Connection]:
         """A :meth:`transaction` whose database errors leave as the library's own
         (:mod:`.errors`): what the store's units of work and the public appends use."""
-        with translated(self.url, "write to"), self.transaction() as conn:
-            yield conn
+        return self._transaction("write to")
 
     def _append_rows(
         self, conn: Connection, appends: Sequence[Append], rows: list[dict[str, Any]]
@@ -351,8 +365,7 @@ class SqlJournal:
         now = datetime.now(timezone.utc)
         for row in rows:
             row["recorded_at"] = now
-        streams = {a.stream for a in appends}
-        if len(rows) >= _BULK_ROWS and len(streams) == len(appends):
+        if len(rows) >= _BULK_ROWS and len({a.stream for a in appends}) == len(appends):
             self._append_bulk(conn, state, appends, rows)
             return
         database = self.database
@@ -366,7 +379,13 @@ class SqlJournal:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
         try:
-            result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
+            if len(rows) == 1:  # a step's append: the statement as rendered once (.prepared)
+                prepared = self._prepared.get(statement)
+                if prepared is None:
+                    prepared = self._prepared[statement] = Prepared(statement, conn.dialect)
+                result = prepared.execute(conn, rows[0])
+            else:
+                result = conn.execute(statement, rows)
         except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not database.is_version_conflict(exc):
