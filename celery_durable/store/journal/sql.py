@@ -334,9 +334,34 @@ class SqlJournal:
         """Append events to one stream in their own transaction; return its new version."""
         appends = [Append(stream=stream, expected_version=expected_version, events=events)]
         rows, versions = _rows(appends)
+        if (
+            len(rows) == 1
+            and self.database.autocommits_one_row
+            and rows[0]["category"] not in self.ordered_categories
+        ):
+            self._append_alone(appends, rows)
+            return versions[0]
         with self.writing() as conn:
             self._append_rows(conn, appends, rows)
         return versions[0]
+
+    def _append_alone(self, appends: Sequence[Append], rows: list[dict[str, Any]]) -> None:
+        """One event of an unordered category (a durable step's result, W2): one INSERT in
+        autocommit mode, which is its own transaction (``Database.autocommits_one_row``)."""
+        self._refuse_nesting()
+        self.ensure_ready()
+        try:
+            with self._core.connect() as conn:
+                self.database.autocommit(conn)
+                conn.info[_TX_KEY] = _TxState()
+                try:
+                    self._append_rows(conn, appends, rows)
+                finally:
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.info.pop(_TX_KEY, None)
+                conn.commit()  # nothing to send in autocommit mode; SQLAlchemy's bookkeeping
+        except SQLAlchemyError as exc:
+            raise as_journal_error(exc, self.url, "write to") from exc
 
     def append_many(self, appends: Sequence[Append]) -> None:
         """Append to several streams in one transaction: all are stored or none.
