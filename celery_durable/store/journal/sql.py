@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, create_engine, func, select
+from sqlalchemy import Table, bindparam, create_engine, func, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import (
     ArgumentError,
@@ -117,6 +117,13 @@ _EVENT_COLUMNS = (
     _events.c.data,
     _events.c.recorded_at,
 )
+
+_READ_STREAM = (
+    select(*_EVENT_COLUMNS)
+    .where(_events.c.stream == bindparam("stream"), _events.c.version > bindparam("after"))
+    .order_by(_events.c.version)
+)
+"""A stream's events after a version (built once: a delivery reads its run's stream)."""
 
 
 @dataclass(slots=True)
@@ -512,13 +519,9 @@ class SqlJournal:
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
         _check_int("after_version", after_version)
-        query = (
-            select(*_EVENT_COLUMNS)
-            .where(_events.c.stream == stream, _events.c.version > after_version)
-            .order_by(_events.c.version)
-        )
         with self._reading() as conn:
-            return [_stored(row) for row in conn.execute(query)]
+            rows = conn.execute(_READ_STREAM, {"stream": stream, "after": after_version}).all()
+        return [_stored(row) for row in rows]
 
     def read_all(
         self, after_position: int, *, category: str | None = None, limit: int = 1000
