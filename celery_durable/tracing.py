@@ -69,10 +69,11 @@ first, so a run never sent (a broker away for long) costs a bounded amount of me
 class _State:
     """What this process knows about the OpenTelemetry API: loaded once, per provider."""
 
-    __slots__ = ("api", "chosen", "decided", "provider", "tracer")
+    __slots__ = ("api", "chosen", "context", "decided", "provider", "tracer")
 
     def __init__(self) -> None:
         self.api: Any = None  # the ``opentelemetry.trace`` module; False when not installed
+        self.context: Any = None  # the ``opentelemetry.context`` module, once a span needs it
         self.chosen: Any = None  # a provider given to use_tracer_provider, else the global one
         self.provider: Any = None
         self.tracer: Any = None
@@ -96,7 +97,8 @@ def _api() -> Any:
 def tracer() -> Any | None:
     """The package's tracer, or ``None`` when tracing is off (no API, no provider).
 
-    Asked at each use: a provider the application sets after start-up is seen at once.
+    Asked at each use: a provider the application sets after start-up is seen at once (by
+    a durable run's steps, from its next delivery: a delivery asks once).
     """
     api = _api()
     if api is False:
@@ -298,23 +300,30 @@ class StepSpan:
     def __enter__(self) -> Any:
         span = self.span
         if span.is_recording():
-            from opentelemetry import context
-
-            self.token = context.attach(_STATE.api.set_span_in_context(span))
+            self.token = _context().attach(_STATE.api.set_span_in_context(span))
         return span
 
     def __exit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
         span = self.span
         if self.token is not None:
-            from opentelemetry import context
-
-            context.detach(self.token)
+            _context().detach(self.token)
         if isinstance(exc, Exception):
             span.record_exception(exc)
             span.set_status(_STATE.api.Status(_STATE.api.StatusCode.ERROR, kind.__name__))
         elif exc is not None and kind.__name__ == "Suspend":  # control flow, not an error
             span.set_attribute(SUSPENDED, True)
         span.end()
+
+
+def _context() -> Any:
+    """``opentelemetry.context``, imported once (a ``from … import`` inside a function runs
+    importlib's Python code at every call: twice per traced step)."""
+    module = _STATE.context
+    if module is None:
+        from opentelemetry import context as module
+
+        _STATE.context = module
+    return module
 
 
 def next_attempt(span: Any, attempt: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from datetime import datetime, timezone
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_durable.core.codec import dumps
-from celery_durable.store.journal.encoding import encode_data
+from celery_durable.core.codec import dumps, is_plain_json
+from celery_durable.store.journal.encoding import decode_data, encode_data
 
 plain = st.recursive(
     st.none()
@@ -68,3 +69,55 @@ def test_values_outside_plain_json_keep_the_standard_behaviour(value: object) ->
             dumps(value)
     else:
         assert dumps(value) == expected
+
+
+@given(st.dictionaries(st.text(), plain, max_size=5))
+def test_stored_event_data_decodes_as_the_standard_library_does(value: dict[str, object]) -> None:
+    """What a replay reads (orjson where it is exact) equals ``json.loads``, type for type:
+    an int beyond 64 bits stays an int (orjson alone would give a float)."""
+    try:
+        text = encode_data(value)
+    except ValueError:
+        return
+    decoded = decode_data(text, 1)
+    assert decoded == json.loads(text) == value
+    assert _types(decoded) == _types(value)
+
+
+def test_stored_big_ints_and_long_digit_strings_decode_exactly() -> None:
+    text = encode_data({"n": 2**70, "m": -(2**64), "s": "12345678901234567890123", "f": 1.5})
+    decoded = decode_data(text, 1)
+    assert decoded == {"n": 2**70, "m": -(2**64), "s": "12345678901234567890123", "f": 1.5}
+    assert type(decoded["n"]) is int and type(decoded["m"]) is int
+
+
+def _types(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_types(v) for v in value]
+    return type(value)
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value, plain_json",
+    [
+        (None, True), (True, True), (2**70, True), ("é", True), (1.5, True),
+        (math.nan, False), ([1, [2, {"a": -math.inf}]], False), ({"a": [1, "b", None]}, True),
+        ({1: "a"}, False), ((1, 2), False), ({"a": (1,)}, False), (set(), False),
+        (_Level.LOW, True), (_Text("x"), True), ({_Text("k"): _Level.LOW}, True),
+        ({"at": datetime(2026, 1, 1, tzinfo=timezone.utc)}, False),
+    ],
+)  # fmt: skip
+def test_is_plain_json_tells_exact_types_and_subclasses_as_isinstance_does(
+    value: object, plain_json: bool
+) -> None:
+    assert is_plain_json(value) is plain_json

@@ -13,7 +13,7 @@ from datetime import date, datetime, timezone
 from datetime import time as dt_time
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import orjson
@@ -36,8 +36,37 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_LEAVES = frozenset((str, int, bool, type(None)))
+"""Exact types that always come back from JSON as they went in (ints beyond 64 bits too)."""
+
+
 def is_plain_json(value: object) -> bool:
-    """Fast check: would ``value`` come back unchanged from a JSON round trip?"""
+    """Fast check: would ``value`` come back unchanged from a JSON round trip?
+
+    Every event a step stores passes here: exact types are told by one set lookup, and only
+    subclasses (an ``IntEnum``, a ``str`` subclass) take :func:`_plain_by_isinstance`."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return True
+    if kind is dict:
+        for key, item in cast("dict[Any, Any]", value).items():
+            if type(key) is not str and not isinstance(key, str):
+                return False
+            if type(item) not in _LEAVES and not is_plain_json(item):
+                return False
+        return True
+    if kind is list:
+        for item in cast("list[Any]", value):
+            if type(item) not in _LEAVES and not is_plain_json(item):
+                return False
+        return True
+    if kind is float:
+        return math.isfinite(cast(float, value))
+    return _plain_by_isinstance(value)
+
+
+def _plain_by_isinstance(value: object) -> bool:
+    """:func:`is_plain_json` for subclasses of the JSON types (and anything else: ``False``)."""
     if value is None or isinstance(value, (str, int)):  # bool is an int
         return True
     if isinstance(value, float):

@@ -2,7 +2,8 @@
 
 One :class:`RunContext` exists per delivery of a run's message. It reads the run's stream once,
 keeps the stream's version in memory, and appends each step's event at that version, so a step
-costs one INSERT and one COMMIT and no read. The ``(stream, version)`` constraint makes a second
+costs one INSERT and its commit and no read (on PostgreSQL the INSERT commits itself:
+autocommit, no BEGIN or COMMIT round trip). The ``(stream, version)`` constraint makes a second
 delivery that claimed the run meanwhile (or a signal sent from outside) show up as an
 ``AppendConflict``: the context then reads what was added, and either carries on (a signal, a
 cancel request) or stops without storing anything (another delivery owns the run: W8).
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from celery_durable import tracing
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import idempotency_key, run_stream
 from celery_durable.core.journal import Append, NewEvent
@@ -136,6 +138,8 @@ class RunContext:
         self.owner = owner
         self.state = state
         self.lease = runtime.config.run_lease
+        self.half_lease = timedelta(seconds=self.lease / 2)
+        """The lease is renewed with the first write after this much of it has passed."""
         self.max_bytes = runtime.config.max_input_bytes
         self.short_sleep = short_sleep
         self.eager = eager
@@ -154,6 +158,9 @@ class RunContext:
         """The parent's message when this run's end marked its parent woken (``wake=``)."""
         self.wake_known = False
         """Whether the stored end's unit of work looked at the parent's row (``wake=``)."""
+        self.tracer = tracing.tracer()
+        """The tracer of this delivery's step spans (``None``: untraced), asked once: a
+        provider set while the delivery runs is used from the next one."""
         self.lock = threading.RLock()
         """Held around every append: steps of parallel branches store from several threads
         (W9). Reads of a position take no lock (one dict lookup, atomic in CPython)."""
@@ -177,8 +184,10 @@ class RunContext:
 
     def notify(self, moment: str, position: PositionId, name: str) -> None:
         """Tell the runtime's step hooks (tests) that a step is ``"call"``-ed or ``"stored"``."""
-        for hook in list(self.runtime.step_hooks):
-            hook(moment, self.run_id, position, name)
+        hooks = self.runtime.step_hooks
+        if hooks:
+            for hook in list(hooks):
+                hook(moment, self.run_id, position, name)
 
     # -- positions ---------------------------------------------------------------------------
 
@@ -258,9 +267,7 @@ class RunContext:
             now = self.now()
             batch = list(events)
             values = None if row is None else dict(row)
-            renewing = self.lease_until is not None and now >= self.lease_until - timedelta(
-                seconds=self.lease / 2
-            )
+            renewing = self.lease_until is not None and now >= self.lease_until - self.half_lease
             if renewing:
                 claim, until = self.claim_event(now)
                 batch.append(claim)
@@ -343,8 +350,11 @@ class RunContext:
     ) -> int:
         """The one write of a run's events and its row: ``batch`` at the version in memory,
         the row's ``values``, the rows of runs ``sent`` and the mark of a parent woken
-        (``wake``), in one unit of work; the stream's new version. ``AppendConflict`` when
+        (``wake``), in one unit of work (events alone, a step's result: the journal's
+        ``append``, its own transaction); the stream's new version. ``AppendConflict`` when
         another writer got there first."""
+        if values is None and not sent and wake is None:
+            return self.journal.append(self.stream, self.state.version, batch)
         append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
         woke = None
         with self.runtime.store.unit_of_work() as unit:

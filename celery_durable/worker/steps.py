@@ -3,7 +3,7 @@
 A step call inside a durable run takes the next position. If the journal holds a result there,
 the result is returned without running the function; a stored failure is raised again as the
 same :class:`StepFailed`; otherwise the function runs, and its JSON result is stored with one
-append (one INSERT, one COMMIT). Outside a durable run, and inside another step, a step is a
+append (one INSERT and its commit). Outside a durable run, and inside another step, a step is a
 plain call.
 """
 
@@ -20,8 +20,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from celery_durable import tracing
 from celery_durable.core.codec import check_json_value, time_to_json
+from celery_durable.core.journal import NewEvent
 from celery_durable.core.retry import GiveUp, Retry, decide_retry, type_name
 from celery_durable.core.run_aggregate import (
+    FORMAT,
     STEP_ATTEMPT_FAILED,
     STEP_COMPLETED,
     STEP_FAILED,
@@ -68,7 +70,7 @@ def make_step(
         run = current_run()
         if run is None or run.in_step:
             return fun(*args, **kwargs)
-        found = tracing.tracer()
+        found = run.tracer
         if found is None:
             return run_step(run, stored_name, "step", policy, fun, args, kwargs)
         # Traced: the position first, so that the span starts with all it says (replayed,
@@ -241,10 +243,13 @@ def run_step(
                 failure="not_retryable", error_type=type_name(TypeError), message=str(exc),
                 attempts=attempt,
             ) from None  # fmt: skip
-        data: dict[str, Any] = {"name": name, "kind": kind, "result": result}
+        # What run.event() builds, in the same key order (the stored text stays the same).
+        data: dict[str, Any] = {
+            "v": FORMAT, "position": position, "name": name, "kind": kind, "result": result,
+        }  # fmt: skip
         if attempt > 1:
             data["attempt"] = attempt
-        run.append([run.event(STEP_COMPLETED, position, **data)])
+        run.append([NewEvent(type=STEP_COMPLETED, data=data)])
         run.notify("stored", position, name)
         return result
 

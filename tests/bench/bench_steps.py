@@ -9,6 +9,9 @@ repetition, in one process:
   body, plus statements and commits counted with SQLAlchemy events;
 * ``floor``   -- 1,000 bare single-row ``INSERT`` + ``COMMIT`` with SQLAlchemy Core into a side
   table with the same settings (same SQLite directory and pragmas, same PostgreSQL schema);
+  after the durable run, or with ``--interleave`` one floor transaction after each step inside
+  the body (both then see the same load at the same moment: steadier ratios on a shared
+  machine, where the load changes between a run and the floor measured after it);
 * ``replay``  -- SQLite: a second delivery of a run whose 1,000 step results are all stored
   (the first delivery was killed after the last step): one read, 1,000 steps served from memory,
   one final append.
@@ -21,7 +24,7 @@ Without that venv the DBOS column is skipped with a note.
 Usage::
 
     python tests/bench/bench_steps.py [--steps 1000] [--reps 3] [--pg-url URL]
-        [--peers-venv /tmp/dbosvenv] [--no-peers]
+        [--peers-venv /tmp/dbosvenv] [--no-peers] [--interleave]
     python tests/bench/bench_steps.py --backends mysql --no-peers \
         --mysql-url mysql+pymysql://root@127.0.0.1:3306/test_h6
 """
@@ -66,7 +69,8 @@ def build_app(
 ) -> tuple[Durable, Any, Any, list[float]]:
     """The app, its step task, the crash switch and the latencies list. ``around["span"]``,
     when set, is called per step for a context manager to run the step in (bench_tracing's
-    in-situ floor: a bare SDK span around an untraced step)."""
+    in-situ floor: a bare SDK span around an untraced step); ``around["between"]``, when set,
+    is called after each step, outside its timing (``--interleave``: one floor transaction)."""
     app = Celery(f"bench-{uuid.uuid4().hex[:6]}", broker="memory://")
     app.conf.durable_sqlite_synchronous = synchronous
     # The replay benchmark moves the clock past the crashed delivery's lease.
@@ -86,6 +90,7 @@ def build_app(
         lat = latencies
         acc = 0
         wrap = None if around is None else around.get("span")
+        between = None if around is None else around.get("between")
         for i in range(n):
             t = pc()
             if wrap is None:
@@ -94,6 +99,8 @@ def build_app(
                 with wrap(i):
                     acc += work(i)
             lat.append(pc() - t)
+            if between is not None:
+                between(i)
         if crash["on"]:
             raise Crash()
         return acc
@@ -101,17 +108,18 @@ def build_app(
     return durable, steps, crash, latencies
 
 
-def count_sql(engine: sa.Engine) -> dict[str, int]:
-    """Count statements and commits on connections to ``engine``'s URL (any derived engine)."""
+def count_sql(engine: sa.Engine, ignore: sa.Engine | None = None) -> dict[str, int]:
+    """Count statements and commits on connections to ``engine``'s URL (any derived engine),
+    but not those of ``ignore`` (the interleaved floor's, on the same database)."""
     counts = {"statements": 0, "commits": 0}
     url = str(engine.url)
 
     def on_exec(conn: Any, *_a: Any) -> None:
-        if str(conn.engine.url) == url:
+        if conn.engine is not ignore and str(conn.engine.url) == url:
             counts["statements"] += 1
 
     def on_commit(conn: Any) -> None:
-        if str(conn.engine.url) == url:
+        if conn.engine is not ignore and str(conn.engine.url) == url:
             counts["commits"] += 1
 
     event.listen(sa.Engine, "before_cursor_execute", on_exec)
@@ -202,24 +210,40 @@ def drop_pg_schema(url: str, name: str) -> None:
     engine.dispose()
 
 
-def bench_backend(kind: str, url: str, directory: str, steps_n: int, reps: int) -> dict[str, Any]:
+def bench_backend(
+    kind: str, url: str, directory: str, steps_n: int, reps: int, interleave: bool = False
+) -> dict[str, Any]:
     synchronous = {"sqlite_full": "FULL", "sqlite_normal": "NORMAL"}.get(kind, "FULL")
-    durable, task, crash, latencies = build_app(url, synchronous)
     floor = floor_engine(kind, url, directory)
     _META.create_all(floor)
+    interleaved: list[float] = []
+    around: dict[str, Any] | None = None
+    if interleave:
+        ins = _FLOOR.insert()
+
+        def between(i: int) -> None:
+            t = time.perf_counter()
+            with floor.begin() as c:
+                c.execute(ins, {"workflow_id": "between", "step": i, "output": "2",
+                                "created_at": time.time()})  # fmt: skip
+            interleaved.append(time.perf_counter() - t)
+
+        around = {"between": between}
+    durable, task, crash, latencies = build_app(url, synchronous, around)
     # warm-up: connections, tables, caches
     task.apply((50,), task_id=f"warm-{uuid.uuid4()}").get()
     time_floor(floor, 50, "warm")
-    counts = count_sql(durable.journal.engine)
+    counts = count_sql(durable.journal.engine, ignore=floor)
     rows = []
     for rep in range(reps):
         latencies.clear()
+        interleaved.clear()
         counts.update(statements=0, commits=0)
         t0 = time.perf_counter()
         task.apply((steps_n,), task_id=f"run-{uuid.uuid4()}").get()
         total = time.perf_counter() - t0
         statements, commits = counts["statements"], counts["commits"]
-        fl = time_floor(floor, steps_n, f"rep-{rep}")
+        fl = list(interleaved) if interleave else time_floor(floor, steps_n, f"rep-{rep}")
         row = {
             "backend": kind,
             "rep": rep,
@@ -236,6 +260,8 @@ def bench_backend(kind: str, url: str, directory: str, steps_n: int, reps: int) 
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
     result: dict[str, Any] = {"backend": kind, "rows": rows}
     if kind.startswith("sqlite"):
+        if around is not None:
+            around.pop("between")  # a replay's own time only
         result["replay_ms"] = bench_replay(task, crash, steps_n, reps)
     durable.close()
     floor.dispose()
@@ -294,6 +320,7 @@ def main() -> None:
     ap.add_argument("--peers", default="/work/shared/peers")
     ap.add_argument("--peers-venv", default=os.environ.get("PEERS_VENV", "/tmp/dbosvenv"))
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--interleave", action="store_true", help="floor transactions between steps")
     ap.add_argument("--backends", nargs="+", default=["sqlite_full", "sqlite_normal", "postgres"])
     a = ap.parse_args()
     directory = tempfile.mkdtemp(prefix="bench_steps_")
@@ -302,18 +329,18 @@ def main() -> None:
         if kind == "postgres":
             url, schema = fresh_pg_schema(a.pg_url)
             try:
-                results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
+                results[kind] = bench_backend(kind, url, directory, a.steps, a.reps, a.interleave)
             finally:
                 drop_pg_schema(a.pg_url, schema)
         elif kind == "mysql":
             url, database = fresh_mysql_database(a.mysql_url)
             try:
-                results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
+                results[kind] = bench_backend(kind, url, directory, a.steps, a.reps, a.interleave)
             finally:
                 drop_mysql_database(a.mysql_url, database)
         else:
             url = f"sqlite:///{os.path.join(directory, kind + '.db')}"
-            results[kind] = bench_backend(kind, url, directory, a.steps, a.reps)
+            results[kind] = bench_backend(kind, url, directory, a.steps, a.reps, a.interleave)
 
     peers: dict[str, Any] = {}
     python = Path(a.peers_venv) / "bin" / "python"

@@ -92,6 +92,9 @@ class Database:
 
     #: Whether the database lets one writer in at a time (SQLite): no category locks needed.
     serialises_writers = False
+    #: Whether an append of one event runs as one statement in autocommit mode (its own
+    #: transaction, no ``BEGIN`` and ``COMMIT`` round trips): :meth:`autocommit`.
+    autocommits_one_row = False
 
     def __init__(self, url: URL, shown: str) -> None:
         self.url = url
@@ -140,6 +143,11 @@ class Database:
 
     def begin_write(self, conn: Connection) -> None:
         """Run right after a write transaction began (SQLite takes its write lock here)."""
+
+    def autocommit(self, conn: Connection) -> None:
+        """Put a fresh connection in autocommit mode until it goes back to the pool (only
+        called when :attr:`autocommits_one_row`)."""
+        raise NotImplementedError
 
     def committed(self, conn: Connection) -> None:
         """Run after a write transaction committed, before its connection goes back."""

@@ -8,8 +8,11 @@ names (length, NUL, valid Unicode), versions, and data that survives a JSON roun
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import orjson
 
 from celery_durable.core.codec import is_plain_json as _is_plain_json
 from celery_durable.core.codec import plain_json_text
@@ -26,7 +29,26 @@ def _check_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an int >= 0, not {value!r}")
 
 
+_CHECKED: dict[int, set[str]] = {}
+"""Names already found good, per length limit: a run's steps append to one stream with a few
+event types, so each name is checked once, not at every append."""
+_CHECKED_MAX = 4096
+
+
 def _check_name(what: str, value: object, limit: int) -> str:
+    known = _CHECKED.get(limit)
+    if known is not None and type(value) is str and value in known:
+        return value
+    name = _check_new_name(what, value, limit)
+    if known is None:
+        known = _CHECKED[limit] = set()
+    elif len(known) >= _CHECKED_MAX:
+        known.clear()
+    known.add(name)
+    return name
+
+
+def _check_new_name(what: str, value: object, limit: int) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
@@ -158,18 +180,39 @@ def first_misfit(
     return None
 
 
-def _stored(row: Any) -> StoredEvent:
+_LONG_DIGITS = re.compile(r"\d{19}")
+"""Nineteen digits in a row: perhaps an int orjson would read as a float (beyond 64 bits)."""
+
+
+def decode_data(text: str, position: Any) -> dict[str, Any]:
+    """An event's stored JSON text as the dict ``json.loads`` gives.
+
+    orjson reads it several times faster (a replay reads every event of its run). It would
+    turn an int beyond 64 bits into a float, so text with a long run of digits (anywhere, even
+    inside a string) is read by ``json``; so is text orjson refuses (lone surrogates)."""
     try:
-        data = json.loads(row.data)
+        if _LONG_DIGITS.search(text) is None:
+            try:
+                data = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                data = json.loads(text)
+        else:
+            data = json.loads(text)
     except ValueError:
         raise JournalError(
-            f"event at position {row.position} holds data that is not JSON", position=row.position
+            f"event at position {position} holds data that is not JSON", position=position
         ) from None
+    return data
+
+
+def _stored(row: Any) -> StoredEvent:
+    """The event of a row of ``(position, stream, version, type, data, recorded_at)``."""
+    position, stream, version, type_, data, recorded_at = row
     return StoredEvent(
-        position=int(row.position),
-        stream=row.stream,
-        version=int(row.version),
-        type=row.type,
-        data=data,
-        recorded_at=row.recorded_at,
+        position=int(position),
+        stream=stream,
+        version=int(version),
+        type=type_,
+        data=decode_data(data, position),
+        recorded_at=recorded_at,
     )

@@ -22,12 +22,12 @@ import os
 import threading
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, create_engine, func, select
+from sqlalchemy import Table, bindparam, create_engine, func, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import (
     ArgumentError,
@@ -51,9 +51,10 @@ from celery_durable.store.journal.encoding import (
     encode_data,
     first_misfit,
 )
-from celery_durable.store.journal.errors import one_line, translated
+from celery_durable.store.journal.errors import as_journal_error, one_line, translated
 from celery_durable.store.journal.mysql import MysqlDatabase
 from celery_durable.store.journal.postgres import PostgresDatabase, advisory_key, copy_rows
+from celery_durable.store.journal.prepared import Prepared
 from celery_durable.store.journal.sqlite import SqliteDatabase
 from celery_durable.store.journal.urls import (
     is_mysql,
@@ -117,6 +118,13 @@ _EVENT_COLUMNS = (
     _events.c.recorded_at,
 )
 
+_READ_STREAM = (
+    select(*_EVENT_COLUMNS)
+    .where(_events.c.stream == bindparam("stream"), _events.c.version > bindparam("after"))
+    .order_by(_events.c.version)
+)
+"""A stream's events after a version (built once: a delivery reads its run's stream)."""
+
 
 @dataclass(slots=True)
 class _TxState:
@@ -178,6 +186,7 @@ class SqlJournal:
         self.metadata = schema.metadata
         self._init_lock = threading.Lock()
         self._local = threading.local()  # .open: a transaction() is open in this thread
+        self._prepared: dict[Any, Prepared] = {}  # insert statement -> its rendered form
         self._ready = False
         self._closed = False
         _track_for_fork(self)
@@ -252,8 +261,7 @@ class SqlJournal:
 
     # -- writing -----------------------------------------------------------------------------
 
-    @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self) -> AbstractContextManager[Connection]:
         """A write transaction for appends and the caller's own tables, committed at the end.
 
         On SQLite it starts with ``BEGIN IMMEDIATE`` (waits up to 30 s for other writers).
@@ -269,24 +277,39 @@ class SqlJournal:
         this one's locks forever, so they raise :class:`JournalError` instead. Reads through
         the journal's other methods work but do not see this transaction's uncommitted rows.
         """
-        self._refuse_nesting()
-        self.ensure_ready()
-        with self._write_connection() as conn:
-            state = _TxState()
-            conn.info[_TX_KEY] = state
-            self._local.open = True
-            try:
-                yield conn
-                if state.failed:
-                    raise JournalError(
-                        "an append in this transaction failed; the transaction was rolled back"
-                    )
-            finally:
-                self._local.open = False
-                # On a connection the server dropped even reading `info` raises: keep the
-                # original error, not that one.
-                with contextlib.suppress(SQLAlchemyError):
-                    conn.info.pop(_TX_KEY, None)
+        return self._transaction(None)
+
+    @contextmanager
+    def _transaction(self, doing: str | None) -> Iterator[Connection]:
+        """:meth:`transaction`, and :meth:`writing` when ``doing`` names what to say in its
+        translated errors: one generator for both, as every durable step opens one."""
+        try:
+            self._refuse_nesting()
+            self.ensure_ready()
+            with self._core.connect() as conn:  # what _write_connection does, inline
+                with conn.begin():
+                    self.database.begin_write(conn)
+                    state = _TxState()
+                    conn.info[_TX_KEY] = state
+                    self._local.open = True
+                    try:
+                        yield conn
+                        if state.failed:
+                            raise JournalError(
+                                "an append in this transaction failed; the transaction was "
+                                "rolled back"
+                            )
+                    finally:
+                        self._local.open = False
+                        # On a connection the server dropped even reading `info` raises: keep
+                        # the original error, not that one.
+                        with contextlib.suppress(SQLAlchemyError):
+                            conn.info.pop(_TX_KEY, None)
+                self.database.committed(conn)
+        except SQLAlchemyError as exc:
+            if doing is None:
+                raise
+            raise as_journal_error(exc, self.url, doing) from exc
 
     def _refuse_nesting(self) -> None:
         if getattr(self._local, "open", False):
@@ -318,9 +341,34 @@ class SqlJournal:
         """Append events to one stream in their own transaction; return its new version."""
         appends = [Append(stream=stream, expected_version=expected_version, events=events)]
         rows, versions = _rows(appends)
+        if (
+            len(rows) == 1
+            and self.database.autocommits_one_row
+            and rows[0]["category"] not in self.ordered_categories
+        ):
+            self._append_alone(appends, rows)
+            return versions[0]
         with self.writing() as conn:
             self._append_rows(conn, appends, rows)
         return versions[0]
+
+    def _append_alone(self, appends: Sequence[Append], rows: list[dict[str, Any]]) -> None:
+        """One event of an unordered category (a durable step's result, W2): one INSERT in
+        autocommit mode, which is its own transaction (``Database.autocommits_one_row``)."""
+        self._refuse_nesting()
+        self.ensure_ready()
+        try:
+            with self._core.connect() as conn:
+                self.database.autocommit(conn)
+                conn.info[_TX_KEY] = _TxState()
+                try:
+                    self._append_rows(conn, appends, rows)
+                finally:
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.info.pop(_TX_KEY, None)
+                conn.commit()  # nothing to send in autocommit mode; SQLAlchemy's bookkeeping
+        except SQLAlchemyError as exc:
+            raise as_journal_error(exc, self.url, "write to") from exc
 
     def append_many(self, appends: Sequence[Append]) -> None:
         """Append to several streams in one transaction: all are stored or none.
@@ -334,12 +382,10 @@ class SqlJournal:
         with self.writing() as conn:
             self._append_rows(conn, appends, rows)
 
-    @contextmanager
-    def writing(self) -> Iterator[Connection]:
+    def writing(self) -> AbstractContextManager[Connection]:
         """A :meth:`transaction` whose database errors leave as the library's own
         (:mod:`.errors`): what the store's units of work and the public appends use."""
-        with translated(self.url, "write to"), self.transaction() as conn:
-            yield conn
+        return self._transaction("write to")
 
     def _append_rows(
         self, conn: Connection, appends: Sequence[Append], rows: list[dict[str, Any]]
@@ -351,8 +397,7 @@ class SqlJournal:
         now = datetime.now(timezone.utc)
         for row in rows:
             row["recorded_at"] = now
-        streams = {a.stream for a in appends}
-        if len(rows) >= _BULK_ROWS and len(streams) == len(appends):
+        if len(rows) >= _BULK_ROWS and len({a.stream for a in appends}) == len(appends):
             self._append_bulk(conn, state, appends, rows)
             return
         database = self.database
@@ -366,7 +411,13 @@ class SqlJournal:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
         try:
-            result = conn.execute(statement, rows if len(rows) > 1 else rows[0])
+            if len(rows) == 1:  # a step's append: the statement as rendered once (.prepared)
+                prepared = self._prepared.get(statement)
+                if prepared is None:
+                    prepared = self._prepared[statement] = Prepared(statement, conn.dialect)
+                result = prepared.execute(conn, rows[0])
+            else:
+                result = conn.execute(statement, rows)
         except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not database.is_version_conflict(exc):
@@ -468,13 +519,9 @@ class SqlJournal:
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
         _check_int("after_version", after_version)
-        query = (
-            select(*_EVENT_COLUMNS)
-            .where(_events.c.stream == stream, _events.c.version > after_version)
-            .order_by(_events.c.version)
-        )
         with self._reading() as conn:
-            return [_stored(row) for row in conn.execute(query)]
+            rows = conn.execute(_READ_STREAM, {"stream": stream, "after": after_version}).all()
+        return [_stored(row) for row in rows]
 
     def read_streams(
         self, streams: Sequence[str], *, types: Collection[str] | None = None
