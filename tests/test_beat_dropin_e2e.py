@@ -21,9 +21,9 @@ import redis
 from celery import Celery
 
 from celery_durable import Durable, Every, parse_run_id
-from celery_durable.beat_import import REMOVED
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.schedule_events import SchedulePaused
+from celery_durable.importers.beat_schedule import REMOVED
 from tests.support.processes import ManagedProcess, python_command, running_process, wait_for
 
 APP = "tests.e2e.dropin_app"

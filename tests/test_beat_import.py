@@ -25,10 +25,10 @@ from sqlalchemy import event as sa_event
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.beat import DurableScheduler
-from celery_durable.beat_import import REMOVED, import_beat_schedule
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.rules import BeatEntry
 from celery_durable.core.schedule_events import SchedulePaused
+from celery_durable.importers.beat_schedule import REMOVED, import_beat_schedule
 from tests.support.clock import T0, FakeClock
 from tests.test_dispatcher import Broker
 

@@ -178,7 +178,7 @@ def test_schedules_list_and_show_say_where_a_schedule_came_from_and_mark_overdue
     schedule whose next due time has passed is marked "(overdue)", one still to come is not."""
     from celery.schedules import crontab
 
-    from celery_durable.beat_import import import_beat_schedule
+    from celery_durable.importers.beat_schedule import import_beat_schedule
     from tests.e2e.cli_app import app as cli_app
 
     hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from celery_durable import Crontab as PublicCrontab
-from celery_durable.celery_schedules import crontab_rule
 from celery_durable.core.crontab import zone_name
 from celery_durable.core.rules import Cron, Crontab, rule_from_json
 from celery_durable.errors import InvalidSchedule
+from celery_durable.importers.celery_schedules import crontab_rule
 from tests.test_rules import dues
 from tests.test_rules_properties import oracle, tz, window
 

@@ -776,7 +776,7 @@ def test_the_admin_says_where_celerys_own_schedule_came_from(client: Any, durabl
     schedule made through the API shows nothing extra in the list."""
     from celery.schedules import crontab
 
-    from celery_durable.beat_import import import_beat_schedule
+    from celery_durable.importers.beat_schedule import import_beat_schedule
 
     import_beat_schedule(
         durable,

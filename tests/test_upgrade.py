@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from celery import Celery
 
 from celery_durable import CatchUp, Durable, Every, Faulted, Finished
-from celery_durable.beat_import import import_beat_schedule
+from celery_durable.importers.beat_schedule import import_beat_schedule
 from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
 from tests.data.make_journal_v1_beat import BASE as BEAT_BASE
 from tests.data.make_journal_v1_beat import ENTRIES as BEAT_ENTRIES

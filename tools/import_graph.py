@@ -38,10 +38,9 @@ LAYERS = [
         "secret_lookup",
     ),  # config redacts the URL with the store's parser
     ("runtime",),
-    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health", "blackouts"),
+    ("dispatch", "worker", "schedules", "control", "health", "blackouts"),
     (
         "beat",
-        "beat_import",
         "importers",
         "metrics",
         "durable",

@@ -52,7 +52,7 @@ ORIGINS = {
 
 def make(path: Path) -> None:
     from celery_durable import Durable, Every
-    from celery_durable.beat_import import import_beat_schedule
+    from celery_durable.importers.beat_schedule import import_beat_schedule
 
     now = [BASE]
     app = Celery("upgrade-beat", broker="memory://", set_as_current=False)

@@ -24,7 +24,6 @@ from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, maybe_schedule, schedule, solar
 
 from celery_durable.beat_objects import BeatObjects
-from celery_durable.celery_schedules import crontab_rule, solar_rule
 from celery_durable.core import policies
 from celery_durable.core.codec import check_json_value, encode_celery_value
 from celery_durable.core.ids import schedule_id_for_name
@@ -34,6 +33,7 @@ from celery_durable.core.schedule_aggregate import Change, Create
 from celery_durable.core.schedule_events import Content, SchedulePaused
 from celery_durable.core.secrets import encode_secrets
 from celery_durable.errors import DurableError, InvalidSchedule
+from celery_durable.importers.celery_schedules import crontab_rule, solar_rule
 from celery_durable.message import BEAT_ENTRY, BEAT_ORIGIN, describe_origin, origin_label
 
 if TYPE_CHECKING:
