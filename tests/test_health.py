@@ -14,7 +14,7 @@ from celery import Celery
 from click.testing import Result
 
 from celery_durable import Durable, Every
-from celery_durable.health import LAGGING, NO_DISPATCHER, OK, STALLED, check
+from celery_durable.observability.health import LAGGING, NO_DISPATCHER, OK, STALLED, check
 from tests.support.clock import T0, FakeClock
 from tests.support.processes import python_command, running_process, wait_for
 from tests.support.services import free_port
@@ -154,7 +154,7 @@ def test_the_facts_with_a_fake_clock(durable: Durable, clock: FakeClock) -> None
 def test_the_health_gauges(durable: Durable, clock: FakeClock) -> None:
     from prometheus_client import CollectorRegistry
 
-    from celery_durable.metrics import install_metrics
+    from celery_durable.observability.metrics import install_metrics
 
     registry = CollectorRegistry()
     install_metrics(registry, durable=durable, gauge_ttl=0).disconnect()

@@ -12,8 +12,9 @@ import pytest
 from celery import Celery
 from prometheus_client import CollectorRegistry
 
-from celery_durable import CatchUp, Durable, Every, signals
-from celery_durable.metrics import install_metrics
+from celery_durable import CatchUp, Durable, Every
+from celery_durable.observability import signals
+from celery_durable.observability.metrics import install_metrics
 from tests.support.clock import T0, FakeClock
 
 

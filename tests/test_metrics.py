@@ -1,4 +1,4 @@
-"""Prometheus metrics fed by the dispatcher's signals (celery_durable.metrics)."""
+"""Prometheus metrics fed by the dispatcher's signals (celery_durable.observability.metrics)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from celery import Celery
 from prometheus_client import CollectorRegistry  # the 'prometheus' extra (in 'test' too)
 
-from celery_durable import CatchUp, Durable, Every, Overlap, signals
-from celery_durable.metrics import install_metrics
+from celery_durable import CatchUp, Durable, Every, Overlap
+from celery_durable.observability import signals
+from celery_durable.observability.metrics import install_metrics
 
 UTC = timezone.utc
 T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)

@@ -309,7 +309,7 @@ def test_cli_lists_beats_fails_health_on_an_unheld_partition_and_refuses_set_whi
 def test_the_partition_gauges_name_each_holder(app: Celery, pg_url: str) -> None:
     from prometheus_client import CollectorRegistry
 
-    from celery_durable.metrics import install_metrics
+    from celery_durable.observability.metrics import install_metrics
 
     clock = FakeClock(T0)
     durable = Durable(app, pg_url, clock=clock)

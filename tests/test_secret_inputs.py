@@ -338,7 +338,7 @@ def test_metrics_name_no_value(
     durable: Durable, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prometheus = pytest.importorskip("prometheus_client")
-    from celery_durable.metrics import install_metrics
+    from celery_durable.observability.metrics import install_metrics
 
     registry = prometheus.CollectorRegistry()
     metrics = install_metrics(registry, durable=durable)

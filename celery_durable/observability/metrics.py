@@ -1,4 +1,4 @@
-"""Optional Prometheus metrics, fed by :mod:`celery_durable.signals` (extra ``prometheus``).
+"""Optional Prometheus metrics, fed by :mod:`.signals` (extra ``prometheus``).
 
 ``install_metrics()`` connects receivers to the signals the dispatcher sends and registers:
 
@@ -30,7 +30,7 @@ name                                        type       labels      what
 
 The signals are sent in the process that stores the events, normally ``celery beat``: install
 the metrics there and expose them (``prometheus_client.start_http_server``). The schedules
-gauge and the health gauges (the facts of ``celery durable health``, :mod:`celery_durable.health`)
+gauge and the health gauges (the facts of ``celery durable health``, :mod:`.health`)
 are computed when scraped, from the journal, at most every ``gauge_ttl`` seconds.
 
 ``prometheus_client`` is imported only by :func:`install_metrics`; without it a clear
@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from celery_durable import signals
+from celery_durable.observability import signals
 
 if TYPE_CHECKING:
     from celery_durable.durable import Durable
@@ -71,7 +71,7 @@ def _prometheus() -> Any:
         import prometheus_client
     except ImportError:
         raise ImportError(
-            "celery_durable.metrics needs prometheus-client: "
+            "celery_durable.observability.metrics needs prometheus-client: "
             "pip install 'celery-durable[prometheus]'"
         ) from None
     return prometheus_client
@@ -230,7 +230,7 @@ class _HealthCollector(_ScrapedCollector):
     """
 
     def _read(self) -> Any:
-        from celery_durable.health import check
+        from celery_durable.observability.health import check
 
         try:
             return check(self._durable.runtime)

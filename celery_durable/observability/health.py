@@ -11,7 +11,7 @@ access to the beat process):
    earliest unsent run, else its rule's next due time); the oldest one in the past, checked
    against the schedule's latest events, is how long the oldest due run has waited.
 
-The Prometheus gauges of :mod:`celery_durable.metrics` export the same :class:`Health`.
+The Prometheus gauges of :mod:`.metrics` export the same :class:`Health`.
 """
 
 from __future__ import annotations
