@@ -18,10 +18,9 @@ import pytest
 from celery import Celery
 
 from celery_durable import Durable, RunCancelled, RunFaulted, StepFailed
-from celery_durable.control import RunEnded
 from celery_durable.core.outcomes import Cancelled, Faulted, Finished
 from celery_durable.core.retry import Retry
-from celery_durable.errors import DurableError, RunParked
+from celery_durable.errors import DurableError, RunEnded, RunParked
 from celery_durable.message import ScheduledRun, scheduled_message
 from celery_durable.worker.context import step_context
 from celery_durable.worker.primitives import now, random, sleep, uuid4, wait_signal

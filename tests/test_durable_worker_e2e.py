@@ -19,8 +19,8 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 
 from celery_durable import Durable
-from celery_durable.control import RunEnded
 from celery_durable.core.outcomes import Faulted, Finished
+from celery_durable.errors import RunEnded
 from tests.support.durable_apps import calls
 from tests.support.processes import ManagedProcess, python_command, running_process, wait_for
 

@@ -38,7 +38,7 @@ LAYERS = [
         "secret_lookup",
     ),  # config redacts the URL with the store's parser
     ("runtime",),
-    ("dispatch", "worker", "schedules", "control", "observability.health", "blackouts"),
+    ("dispatch", "worker", "schedules", "run_control", "observability.health", "blackouts"),
     (
         "beat",
         "importers",
