@@ -16,7 +16,7 @@ from sqlalchemy import event, text, update
 from celery_durable import CatchUp, Durable, Every
 from celery_durable.core.journal import Append
 from celery_durable.core.schedule_events import ScheduleCreated, to_new_event
-from celery_durable.dispatch.state import INDEX_CHECKPOINT
+from celery_durable.dispatch.state_cache import INDEX_CHECKPOINT
 from celery_durable.store.index import PROJECTION
 from celery_durable.store.journal.schema import progress, schedule_index
 from tests.support.clock import T0, FakeClock

@@ -96,10 +96,10 @@ def test_the_blocker_does_block() -> None:
 
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
-    assert graph["celery_durable.dispatch.dispatcher"]["celery_durable.dispatch.state"] is True
+    dispatcher = graph["celery_durable.dispatch.dispatcher"]
+    assert dispatcher["celery_durable.dispatch.state_cache"] is True
     assert graph["celery_durable.durable"]["celery_durable.dispatch.dispatcher"] is True  # types
     assert graph["celery_durable.durable"]["celery_durable.worker.steps"] is False  # in a method
-    dispatcher = graph["celery_durable.dispatch.dispatcher"]
     assert dispatcher["celery_durable.observability.signals"] is True  # from pkg
 
 

@@ -39,7 +39,7 @@ from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording, Stored
 from celery_durable.dispatch.resender import Resender
-from celery_durable.dispatch.state import StateCache
+from celery_durable.dispatch.state_cache import StateCache
 from celery_durable.message import Resend
 from celery_durable.observability import signals
 from celery_durable.store.lease import default_owner
