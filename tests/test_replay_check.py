@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from celery_durable import Every
-from celery_durable.core.replay import Divergence, first_divergence
+from celery_durable.core.divergence import Divergence, first_divergence
 from celery_durable.store.journal.schema import events
 from celery_durable.testing import DurableHarness, TestClock, assert_replays
 from celery_durable.worker.replay import check_runs

@@ -16,8 +16,8 @@ from typing import Any
 from celery import Celery
 
 from celery_durable.core.branches import position_order
+from celery_durable.core.divergence import Divergence
 from celery_durable.core.ids import run_stream
-from celery_durable.core.replay import Divergence
 from celery_durable.core.run_aggregate import fold
 from celery_durable.durable import Durable
 from celery_durable.runtime import Runtime
