@@ -21,8 +21,8 @@ from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold
 from celery_durable.durable import Durable
 from celery_durable.runtime import Runtime
-from celery_durable.testing.clock import TestClock, aware_utc
-from celery_durable.testing.seam import BrokerSeam
+from celery_durable.testing._clock import TestClock, aware_utc
+from celery_durable.testing._seam import BrokerSeam
 from celery_durable.worker.context import DeliveryKilled
 
 __all__ = ["CrashPlan", "DurableHarness", "StepRecord", "assert_replays"]

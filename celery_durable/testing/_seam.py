@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery, signals
 
 from celery_durable.core.codec import time_from_json
-from celery_durable.testing.clock import TestClock, aware_utc
+from celery_durable.testing._clock import TestClock, aware_utc
 
 __all__ = ["BrokerSeam"]
 
