@@ -17,8 +17,8 @@ from celery import Celery
 
 from celery_durable import Daily, Durable, Every
 from celery_durable.core.backfill import Backfilled
+from tests.cli.test_cli import cli
 from tests.support.clock import T0, FakeClock
-from tests.test_cli import cli
 
 UTC = timezone.utc
 HOUR = timedelta(hours=1)

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, event, given, settings
 
 from celery_durable import Blackout, Durable, Every, InvalidSchedule, OnBlackout, Once, run_id
 from celery_durable.core.schedule_events import Content, RunDecided, RunSent, RunSkipped
-from tests import test_dispatcher as base
+from tests.core.test_blackouts_properties import cases, defer_rule, skip_rule
+from tests.dispatch import test_dispatcher as base
+from tests.dispatch.test_dispatcher import Broker
 from tests.support.blackout_sim import outcomes
 from tests.support.clock import T0, FakeClock
-from tests.test_blackouts_properties import cases, defer_rule, skip_rule
-from tests.test_dispatcher import Broker
 
 S = timedelta(seconds=1)
 app = base.app
@@ -140,7 +140,7 @@ def test_defer_sends_one_run_when_the_window_ends(
 def test_a_v1_journal_reads_as_having_no_windows(tmp_path: Path) -> None:
     """§9: schedules and runs written before P4 read as no windows, no deferred runs."""
     from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
-    from tests.test_upgrade import copy_of
+    from tests.store.test_upgrade import copy_of
 
     copy = copy_of(FIXTURE, tmp_path)
     durable, _ = build(f"sqlite:///{copy}", Clock(BASE + timedelta(minutes=66)))

@@ -19,8 +19,8 @@ import pytest
 from celery import Celery
 
 from celery_durable import Durable, Every, InvalidSchedule
+from tests.cli.test_cli import APP, cli, fails, ok
 from tests.support.processes import REPO_ROOT, child_env
-from tests.test_cli import APP, cli, fails, ok
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -136,7 +136,7 @@ def test_missing_prometheus_client_gives_a_clear_error(monkeypatch: pytest.Monke
 def test_the_signal_example_of_docs_observability_md_receives_the_started_run(
     durable: Durable, clock: FakeClock
 ) -> None:
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
     receiver_py, metrics_py = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)
     compile(metrics_py, "docs/observability.md metrics", "exec")
     alerts: list[str] = []

@@ -136,7 +136,7 @@ def test_the_example_of_docs_flask_md_builds_its_app(
     examples with a worker run in tests/test_docs.py."""
     for name in ("CELERY_DURABLE_URL", "CELERY_BROKER_URL"):
         monkeypatch.delenv(name, raising=False)
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "flask.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "flask.md").read_text()
     app_py, make_celery_py = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)
     namespace: dict[str, Any] = {"__name__": "app"}
     exec(compile(app_py, "docs/flask.md:app.py", "exec"), namespace)
@@ -154,7 +154,7 @@ def docs_app(monkeypatch: pytest.MonkeyPatch, journal: str) -> Flask:
     """docs/flask.md's ``create_app()``, on ``journal`` and an in-memory broker."""
     monkeypatch.setenv("CELERY_DURABLE_URL", journal)
     monkeypatch.setenv("CELERY_BROKER_URL", "memory://")
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "flask.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "flask.md").read_text()
     app_py = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)[0]
     namespace: dict[str, Any] = {"__name__": "app"}
     exec(compile(app_py, "docs/flask.md:app.py", "exec"), namespace)

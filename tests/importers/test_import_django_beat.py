@@ -36,7 +36,7 @@ from tests.support.beat_rows import NAMES_LONG
 from tests.support.clock import T0, FakeClock
 
 UTC = timezone.utc
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DAYS = 40
 
 
@@ -352,7 +352,7 @@ def test_a_row_whose_args_cannot_call_its_task_is_refused_as_create_refuses_it(
     import_rows(durable, url, skip_invalid=True)
     assert durable.schedules.state("bad-args") is None
     monkeypatch.setenv("CELERY_DURABLE_URL", sqlite_url)
-    app_module = "tests.test_import_django_beat:args_cli_app"  # its own journal URL
+    app_module = "tests.importers.test_import_django_beat:args_cli_app"  # its own journal URL
     shown = CliRunner().invoke(
         main,
         ["-A", app_module, "import", "django-celery-beat", "--database-url", url, "--dry-run"],
@@ -367,7 +367,7 @@ def test_the_cli_dry_run_table_and_json(
 ) -> None:
     url, _ = rows
     monkeypatch.setenv("CELERY_DURABLE_URL", sqlite_url)
-    app_module = "tests.test_import_django_beat:cli_app"
+    app_module = "tests.importers.test_import_django_beat:cli_app"
     runner = CliRunner()
     dry = runner.invoke(
         main, ["-A", app_module, "import", "django-celery-beat", "--database-url", url, "--dry-run"]

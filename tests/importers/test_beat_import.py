@@ -29,8 +29,8 @@ from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.rules import BeatEntry
 from celery_durable.core.schedule_events import SchedulePaused
 from celery_durable.importers.beat_schedule import REMOVED, import_beat_schedule
+from tests.dispatch.test_dispatcher import Broker
 from tests.support.clock import T0, FakeClock
-from tests.test_dispatcher import Broker
 
 UTC = timezone.utc
 

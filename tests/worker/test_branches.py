@@ -1,6 +1,6 @@
 """Parallel branches (W9) and ``patched`` markers (W14) in-process on a real journal.
 
-Deliveries run through Celery's ``task.apply()`` as in tests/test_durable_tasks.py; a "crash"
+Deliveries run through Celery's ``task.apply()`` as in tests/worker/test_durable_tasks.py; a "crash"
 is a ``BaseException`` raised inside a branch's step, which stores nothing for that step.
 """
 
@@ -24,7 +24,7 @@ from celery_durable.errors import DurableError, RunParked
 from celery_durable.worker.context import current_run, step_context
 from celery_durable.worker.primitives import sleep, wait_signal
 from celery_durable.worker.replay import replay_run
-from tests import test_durable_tasks as durable_tasks
+from tests.worker import test_durable_tasks as durable_tasks
 
 pytestmark = pytest.mark.timeout(60)
 

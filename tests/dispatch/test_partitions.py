@@ -2,7 +2,7 @@
 dispatchers on one PostgreSQL journal with a fake clock and a real Redis broker.
 
 The real-process version (three ``celery beat`` subprocesses, SIGKILL) is in
-tests/test_partitions_e2e.py.
+tests/e2e/test_partitions_e2e.py.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def test_changing_the_count_is_refused_while_a_beat_holds_a_lease(app: Celery, p
 def test_cli_lists_beats_fails_health_on_an_unheld_partition_and_refuses_set_while_held(
     app: Celery, pg_url: str
 ) -> None:
-    from tests.test_cli import as_json, cli, fails
+    from tests.cli.test_cli import as_json, cli, fails
 
     # The CLI judges leases by the wall clock: the fake clock starts at the real time.
     clock = FakeClock(datetime.now(timezone.utc).replace(microsecond=0))

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.test_cli import as_json, fails, ok
+from tests.cli.test_cli import as_json, fails, ok
 
 FREEZE = "freeze;2030-12-20T00:00Z;2031-01-02T00:00Z"
 NIGHTLY = "nightly;cron 0 2 * * *;2h;Europe/Oslo"

@@ -567,7 +567,7 @@ def form_data(**changes: Any) -> dict[str, Any]:
 
 
 def test_the_python_blocks_of_docs_django_md_compile() -> None:
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "django.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "django.md").read_text()
     blocks = re.findall(r"^```python\n(.*?)^```", doc, re.M | re.S)
     assert len(blocks) >= 4
     for number, block in enumerate(blocks, start=1):

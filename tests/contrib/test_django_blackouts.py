@@ -8,7 +8,7 @@ from typing import Any
 
 from celery_durable import Blackout, Daily, Durable, Every, Weekly
 from celery_durable.core.rules import Crontab
-from tests.test_django_admin import (
+from tests.contrib.test_django_admin import (
     LIST,
     T0,
     client,

@@ -30,7 +30,7 @@ from celery_durable import CatchUp, Daily, Durable, Every, Overlap, ScheduledRun
 from celery_durable.message import scheduled_message
 from tests.support import missing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "tests" / "django_project"
 DOCS_IMG = ROOT / "docs" / "img"
 INSTALL = "apt-get update && apt-get install -y chromium"

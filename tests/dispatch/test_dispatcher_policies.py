@@ -20,10 +20,10 @@ from celery_durable.core.ids import run_id
 from celery_durable.core.policies import jitter_offset
 from celery_durable.core.schedule_aggregate import MISSED_UNSENT
 from celery_durable.core.schedule_events import RunDecided, RunSent
-from tests import test_dispatcher as base
+from tests.dispatch import test_dispatcher as base
+from tests.dispatch.test_dispatcher import Broker
 from tests.support.clock import T0, FakeClock
 from tests.support.tcpproxy import app_behind_proxy
-from tests.test_dispatcher import Broker
 
 UTC = timezone.utc
 S = timedelta(seconds=1)

@@ -413,7 +413,7 @@ def test_bad_input_is_refused_before_anything_is_stored(durable: DurableHarness)
 def test_runs_show_lists_the_children_and_a_child_names_its_parent(
     celery_app: Celery, sqlite_url: str
 ) -> None:
-    from tests.test_cli import as_json, ok
+    from tests.cli.test_cli import as_json, ok
 
     with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
         durable.start()
@@ -732,7 +732,7 @@ def test_children_and_runs_show_of_a_run_with_a_parallel_and_children(
 ) -> None:
     """Positions of such a run are ints and dotted strs: they sort by position order."""
     from celery_durable import parallel
-    from tests.test_cli import as_json, ok
+    from tests.cli.test_cli import as_json, ok
 
     with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
         durable.start()

@@ -19,9 +19,9 @@ import pytest
 from celery_durable.core.ids import run_stream
 from celery_durable.core.outcomes import Finished
 from celery_durable.core.run_aggregate import fold
+from tests.e2e.test_durable_worker_e2e import World
 from tests.support.durable_apps import calls
 from tests.support.processes import wait_for
-from tests.test_durable_worker_e2e import World
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

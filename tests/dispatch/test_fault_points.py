@@ -1,7 +1,7 @@
 """The fault hook: one injected function the dispatcher and retention call at named points.
 
-Crash tests set ``CELERY_DURABLE_TEST_CRASH`` in a child process (tests/test_beat_e2e.py,
-tests/test_retention_crash.py); here the hook itself is checked: the runtime builds it from
+Crash tests set ``CELERY_DURABLE_TEST_CRASH`` in a child process (tests/e2e/test_beat_e2e.py,
+tests/e2e/test_retention_crash.py); here the hook itself is checked: the runtime builds it from
 that variable, it kills only at its own point, and each point is reached where it is named.
 """
 

@@ -18,9 +18,9 @@ import pytest
 from celery import Celery
 
 from celery_durable import Daily, Durable, Every, InvalidSchedule, Once
-from tests import test_django_admin as admin
-from tests.test_cli import cli, fails, ok
-from tests.test_django_admin import LIST, form_data, text
+from tests.cli.test_cli import cli, fails, ok
+from tests.contrib import test_django_admin as admin
+from tests.contrib.test_django_admin import LIST, form_data, text
 
 # The admin tests' fixtures: a Celery app and journal of its own per test, a logged-in client.
 django_site, clock, durable, client = admin.django_site, admin.clock, admin.durable, admin.client

@@ -7,7 +7,7 @@ import getpass
 import pytest
 
 from celery_durable.cli import audit
-from tests.test_cli import UTC_JSON, as_json, columns, fails, ok
+from tests.cli.test_cli import UTC_JSON, as_json, columns, fails, ok
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -154,11 +154,12 @@ def test_the_cli_imports_redbeat(
 ) -> None:
     runner = CliRunner()
     args = ["--url", sqlite_url, "import", "redbeat", "--redis-url", redis_url]
-    refused = runner.invoke(main, ["-A", "tests.test_import_redbeat:cli_app", *args])
+    refused = runner.invoke(main, ["-A", "tests.importers.test_import_redbeat:cli_app", *args])
     assert refused.exit_code == 2, refused.output
     assert "rrule" in refused.output and "nothing stored" in refused.output
     done = runner.invoke(
-        main, ["-A", "tests.test_import_redbeat:cli_app", *args, "--skip-invalid", "--json"]
+        main,
+        ["-A", "tests.importers.test_import_redbeat:cli_app", *args, "--skip-invalid", "--json"],
     )
     assert done.exit_code == 0, done.output
     assert '"create": 6' in done.output and '"refused": 1' in done.output

@@ -17,8 +17,8 @@ from celery import Celery
 
 from celery_durable import Blackout, Durable, Every
 from celery_durable.core.schedule_events import RunDecided, RunSent, RunSkipped
+from tests.e2e.test_beat_e2e import beat_cmd, worker_cmd
 from tests.support.processes import running_process, wait_for
-from tests.test_beat_e2e import beat_cmd, worker_cmd
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,10 +15,10 @@ from click.testing import Result
 
 from celery_durable import Durable, Every
 from celery_durable.observability.health import LAGGING, NO_DISPATCHER, OK, STALLED, check
+from tests.cli.test_cli import cli
 from tests.support.clock import T0, FakeClock
 from tests.support.processes import python_command, running_process, wait_for
 from tests.support.services import free_port
-from tests.test_cli import cli
 
 pytestmark = pytest.mark.timeout(60)
 

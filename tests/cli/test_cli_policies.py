@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 from celery_durable import Durable
 from celery_durable.core.schedule_aggregate import MarkMissed
 from celery_durable.worker.run_ends import MISSED_IN_QUEUE
+from tests.cli.test_cli import as_json, fails, ok
 from tests.e2e.cli_app import app
 from tests.support.clock import FakeClock
-from tests.test_cli import as_json, fails, ok
 
 POLICIES = ("start_deadline", "jitter", "catch_up_window")
 

@@ -27,8 +27,8 @@ from celery_durable.core.crontab import zone_name
 from celery_durable.core.rules import Cron, Crontab, rule_from_json
 from celery_durable.errors import InvalidSchedule
 from celery_durable.importers.celery_schedules import crontab_rule
-from tests.test_rules import dues
-from tests.test_rules_properties import oracle, tz, window
+from tests.core.test_rules import dues
+from tests.core.test_rules_properties import oracle, tz, window
 
 UTC = timezone.utc
 COUNT = 20
@@ -490,7 +490,7 @@ _PURE_FILES = ("crontab.py", "cron.py", "sun.py", "codec.py")
 
 def test_rule_modules_import_neither_celery_nor_sqlalchemy() -> None:
     """Pure core: the rule modules' own imports (the adapter is separate)."""
-    package = Path(__file__).parent.parent / "celery_durable" / "core"
+    package = Path(__file__).parents[2] / "celery_durable" / "core"
     modules = [*sorted((package / "rules").glob("*.py")), *(package / m for m in _PURE_FILES)]
     assert len(modules) > len(_PURE_FILES) + 5  # the rules package's modules were found
     for module in modules:
