@@ -5,7 +5,6 @@ that waits too long; and the facts it reads, with a fake clock."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -112,13 +111,6 @@ def test_lag_over_the_limit_and_a_stalled_dispatcher(sqlite_url: str, app: Celer
         assert code_of(sqlite_url, "--max-lag", "-1") == 2
     finally:
         durable.close()
-
-
-@pytest.fixture
-def durable(journal_url: str, app: Celery, clock: FakeClock) -> Iterator[Durable]:
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
 
 
 def test_the_facts_with_a_fake_clock(durable: Durable, clock: FakeClock) -> None:

@@ -33,7 +33,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def durable(journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+def app() -> Celery:
     # kombu's in-memory transport: the dispatcher enqueues for real, nothing consumes.
     app = Celery("metrics_tests", broker="memory://", set_as_current=False)
 
@@ -41,9 +41,7 @@ def durable(journal_url: str, clock: FakeClock) -> Iterator[Durable]:
     def report(*_: object) -> None:  # pragma: no cover - never consumed
         return None
 
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
+    return app
 
 
 @pytest.fixture

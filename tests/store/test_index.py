@@ -6,7 +6,6 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta, timezone
 
 import pytest
@@ -33,13 +32,6 @@ def app() -> Celery:
 
 def _noop(*args: object) -> None:  # pragma: no cover - never runs
     return None
-
-
-@pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
 
 
 def run_history(durable: Durable, clock: FakeClock, schedules: int, seconds: int) -> None:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta, timezone
 
 import pytest
@@ -139,13 +138,6 @@ def app() -> Celery:
         return folder
 
     return app
-
-
-@pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
 
 
 def count(durable: Durable, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
