@@ -13,17 +13,17 @@ from typing import Any
 from celery import Celery
 from celery.beat import Scheduler
 
-from celery_durable.beat_import import (
-    default_entries,
-    import_beat_schedule,
-    import_entries,
-    summary,
-)
 from celery_durable.blackouts import import_setting
 from celery_durable.config import ConfigError, journal_url, url_setting
 from celery_durable.core.ids import printable
 from celery_durable.dispatch.dispatcher import Dispatcher
 from celery_durable.errors import DurableError, JournalError, JournalFailed, JournalUnavailable
+from celery_durable.importers.beat_schedule import (
+    default_entries,
+    import_beat_schedule,
+    import_entries,
+    summary,
+)
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import Schedules
 from celery_durable.store.journal.urls import redact

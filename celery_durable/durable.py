@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from celery import Celery
 
-from celery_durable import control
+from celery_durable import run_control
 from celery_durable.blackouts import GlobalBlackouts
 from celery_durable.config import DurableConfig, install_report_filter
 from celery_durable.runtime import Clock, Runtime
@@ -147,10 +147,10 @@ class Durable:
 
     def run_ended(self, run_id: str) -> str | None:
         """``finished``, ``faulted`` or ``cancelled`` once a durable run ended, else ``None``."""
-        return control.run_ended(self.runtime, run_id)
+        return run_control.run_ended(self.runtime, run_id)
 
     # Durable runs ---------------------------------------------------------------------------
-    # (worker side: celery_durable.worker, .control, .store.runs)
+    # (worker side: celery_durable.worker, .run_control, .store.runs)
 
     @overload
     def step(
@@ -182,15 +182,15 @@ class Durable:
     def outcome(self, run_id: str, timeout: float | None = None) -> Outcome:
         """``Finished(value)``, ``Faulted(error)`` or ``Cancelled()`` of a run, from the journal
         (W7). ``TimeoutError`` when it does not end in time; ``LookupError`` if never started."""
-        return control.outcome(self.runtime, run_id, timeout)
+        return run_control.outcome(self.runtime, run_id, timeout)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """The value of a finished run; raises ``RunFaulted`` or ``RunCancelled`` (W7)."""
-        return control.result(self.runtime, run_id, timeout)
+        return run_control.result(self.runtime, run_id, timeout)
 
     def cancel(self, run_id: str) -> bool:
         """Ask a run to stop: its body sees ``StepFailed`` (kind ``cancelled``) at its next step."""
-        return control.cancel(self.runtime, run_id)
+        return run_control.cancel(self.runtime, run_id)
 
     # Child runs (W10-W13) ----------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class Durable:
 
     def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Store a signal for a run (W4); an ended run refuses it (``RunEnded``)."""
-        control.signal(self.runtime, run_id, name, payload)
+        run_control.signal(self.runtime, run_id, name, payload)
 
     def prune(
         self,

@@ -16,7 +16,6 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from celery_durable import signals
 from celery_durable.blackouts import GlobalBlackouts
 from celery_durable.core import sun
 from celery_durable.core.audit import HistoryEntry, check_audit, history_of
@@ -102,6 +101,7 @@ from celery_durable.message import (
     STR_OPTIONS,
     origin_of,
 )
+from celery_durable.observability import signals
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.index import UnreadableEntry, fold_stored, stream_schedule_id
 from celery_durable.store.snapshots import fold_stream

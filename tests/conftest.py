@@ -31,6 +31,9 @@ Fixtures:
 * ``postgres_server_url`` / ``redis_server_url`` / ``amqp_server_url`` / ``mysql_server_url``
   -- session-scoped URLs of
   the servers themselves (database ``test``, no schema isolation; prefer the fixtures above).
+* ``clock`` -- a ``FakeClock`` at ``T0`` that the test moves.
+* ``durable`` -- a ``Durable`` on the module's ``app`` fixture, ``journal_url`` and ``clock``
+  (a module overrides ``journal_url`` with ``sqlite_url`` to use SQLite alone).
 
 Hypothesis profiles: ``ci`` (default) and ``long`` (10,000 examples); pick one with the
 environment variable ``HYPOTHESIS_PROFILE``.
@@ -44,6 +47,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -56,6 +60,11 @@ if _REPO_ROOT not in sys.path:
 
 from tests.support import missing, services  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from celery_durable import Durable
 
 PG_URL = os.environ.get(
     "CELERY_DURABLE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -291,3 +300,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterat
 def clock() -> FakeClock:
     """A fake clock at ``T0`` (Monday 2026-11-02 12:00 UTC) that tests move by hand."""
     return FakeClock()
+
+
+@pytest.fixture
+def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+    """A ``Durable`` on the module's ``app``, the ``journal_url`` journal and the ``clock``,
+    closed after the test.
+
+    A test module provides ``app`` (its tasks, its broker); it narrows the journals by
+    overriding ``journal_url`` (``sqlite_url`` alone, when the database makes no difference)
+    and moves time with its ``clock``. A module whose Durable differs (a memory store, the test
+    harness, tasks registered on the Durable, another clock) keeps its own ``durable``.
+    """
+    from celery_durable import Durable
+
+    made = Durable(app, journal_url, clock=clock)
+    try:
+        yield made
+    finally:
+        made.close()

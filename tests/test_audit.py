@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,16 +18,14 @@ from tests.support.clock import T0, FakeClock
 
 
 @pytest.fixture
-def durable(journal_url: str, clock: FakeClock) -> Iterator[Durable]:
+def app() -> Celery:
     app = Celery("audit_tests", broker="memory://", set_as_current=False)
 
     @app.task(name="backup", shared=False)
     def backup(folder: str = "/srv") -> str:  # pragma: no cover - never run here
         return folder
 
-    d = Durable(app, journal_url, clock=clock)
-    yield d
-    d.close()
+    return app
 
 
 def test_every_command_stores_who_and_why(durable: Durable, clock: FakeClock) -> None:

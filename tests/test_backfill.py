@@ -9,7 +9,6 @@ keep working); its ``reason`` attribute, the text line and the JSON ``reason`` f
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -17,8 +16,8 @@ from celery import Celery
 
 from celery_durable import Daily, Durable, Every
 from celery_durable.core.backfill import Backfilled
+from tests.cli.test_cli import cli
 from tests.support.clock import T0, FakeClock
-from tests.test_cli import cli
 
 UTC = timezone.utc
 HOUR = timedelta(hours=1)
@@ -30,16 +29,20 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def durable(sqlite_url: str, clock: FakeClock) -> Iterator[Durable]:
+def app() -> Celery:
     app = Celery("backfill_tests", broker="memory://", set_as_current=False)
 
     @app.task(name="backup", shared=False)
     def backup(folder: str) -> None:  # pragma: no cover - never run here
         return None
 
-    d = Durable(app, sqlite_url, clock=clock)
-    yield d
-    d.close()
+    return app
+
+
+@pytest.fixture
+def journal_url(sqlite_url: str) -> str:
+    """SQLite alone: why a backfill decides nothing does not depend on the database."""
+    return sqlite_url
 
 
 def test_a_future_range_decides_nothing_and_says_why(durable: Durable, clock: FakeClock) -> None:

@@ -42,12 +42,6 @@ def app() -> Celery:
 
 
 @pytest.fixture
-def durable(app: Celery, journal_url: str, clock: FakeClock) -> Iterator[Durable]:
-    with closing(Durable(app, journal_url, clock=clock)) as opened:
-        yield opened
-
-
-@pytest.fixture
 def on_sqlite(app: Celery, sqlite_url: str, clock: FakeClock) -> Iterator[Durable]:
     """The checks run before the journal is written: one journal shows them."""
     with closing(Durable(app, sqlite_url, clock=clock)) as opened:

@@ -25,7 +25,7 @@ Markers, an HTML comment on the last non-blank line before the fence:
   that block prints, compared doctest style. A ``python`` block that prints without one fails,
   so a page cannot show output its code does not produce.
 
-docs/cli.md's ``python`` and ``console`` blocks are run by tests/test_cli_docs.py (in process,
+docs/cli.md's ``python`` and ``console`` blocks are run by tests/cli/test_cli_docs.py (in process,
 with their outputs); here they are only parsed.
 """
 
@@ -64,7 +64,7 @@ MARKER = re.compile(r"^<!--\s*docs-test:\s*(\S+)\s*(.*?)\s*-->$")
 FENCE = re.compile(r"^(\s*)(```+)\s*([\w+-]*)\s*$")
 SHELLS = {"bash", "sh", "shell"}
 PARSED = {"json", "toml", "ini", "yaml"}
-RUN_ELSEWHERE = {("cli.md", "python"), ("cli.md", "console")}  # tests/test_cli_docs.py
+RUN_ELSEWHERE = {("cli.md", "python"), ("cli.md", "console")}  # tests/cli/test_cli_docs.py
 _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -263,16 +263,16 @@ def test_pages_listing_the_journal_databases_name_mysql_too() -> None:
 #: headless Chromium", "holds three tests in a real browser".
 BROWSER_COUNT = re.compile(
     r"\b(one|two|three|four|five|six) (?:headless-browser tests?|tests? in headless Chromium"
-    r"|(?:tests?|checks?) in a real browser|tests of `tests/test_django_browser\.py`)",
+    r"|(?:tests?|checks?) in a real browser|tests of `tests/contrib/test_django_browser\.py`)",
     re.I,
 )
 BROWSER_PAGES = ("README.md", "docs/testing.md", "docs/django.md")
 
 
 def browser_tests() -> int:
-    """How many tests ``tests/test_django_browser.py`` runs in Chromium: those asking for the
-    ``chromium`` fixture, times their parametrisations."""
-    module = importlib.import_module("tests.test_django_browser")
+    """How many tests ``tests/contrib/test_django_browser.py`` runs in Chromium: those asking for
+    the ``chromium`` fixture, times their parametrisations."""
+    module = importlib.import_module("tests.contrib.test_django_browser")
     count = 0
     for name, function in vars(module).items():
         if name.startswith("test_") and "chromium" in inspect.signature(function).parameters:
@@ -297,7 +297,9 @@ def test_the_pages_count_the_browser_tests_right() -> None:
         for name in BROWSER_PAGES
     }
     wrong = {name: found for name, found in counts.items() if not found or set(found) != {actual}}
-    assert not wrong, f"tests/test_django_browser.py has {actual} browser tests; pages say {wrong}"
+    assert not wrong, (
+        f"tests/contrib/test_django_browser.py has {actual} browser tests; pages say {wrong}"
+    )
 
 
 def test_the_pages_say_one_thing_about_a_missing_chromium() -> None:

@@ -107,3 +107,15 @@ def test_every_export_loads_from_its_module() -> None:
     for name, module in celery_durable._MODULE_OF.items():
         assert getattr(celery_durable, name) is getattr(importlib.import_module(module), name)
     assert set(celery_durable.__all__) <= set(dir(celery_durable))
+
+
+def test_the_module_paths_the_docs_give_users_import() -> None:
+    """docs/observability.md imports ``celery_durable.signals`` and ``celery_durable.metrics``;
+    the code lives in ``observability/`` and the public paths re-export the same objects."""
+    from celery_durable import metrics, signals
+    from celery_durable.observability import metrics as defined_metrics
+    from celery_durable.observability import signals as defined_signals
+
+    assert signals.run_started is defined_signals.run_started
+    assert set(signals.__all__) == set(defined_signals.__all__)
+    assert metrics.install_metrics is defined_metrics.install_metrics

@@ -19,7 +19,7 @@ from celery import Celery
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.errors import DurableError, JournalError
-from tests.test_cli import fails, ok
+from tests.cli.test_cli import fails, ok
 
 
 @pytest.fixture

@@ -96,10 +96,11 @@ def test_the_blocker_does_block() -> None:
 
 def test_the_graph_sees_imports_of_every_kind() -> None:
     graph = import_graph()
-    assert graph["celery_durable.dispatch.dispatcher"]["celery_durable.dispatch.state"] is True
+    dispatcher = graph["celery_durable.dispatch.dispatcher"]
+    assert dispatcher["celery_durable.dispatch.state_cache"] is True
     assert graph["celery_durable.durable"]["celery_durable.dispatch.dispatcher"] is True  # types
     assert graph["celery_durable.durable"]["celery_durable.worker.steps"] is False  # in a method
-    assert graph["celery_durable.dispatch.dispatcher"]["celery_durable.signals"] is True  # from pkg
+    assert dispatcher["celery_durable.observability.signals"] is True  # from pkg
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -112,7 +113,7 @@ def test_nothing_below_the_adapters_imports_the_facade() -> None:
     allowed = (
         "celery_durable.cli",
         "celery_durable.contrib",
-        "celery_durable.metrics",
+        "celery_durable.observability.metrics",
         "celery_durable.testing",
     )
     assert [u for u in users if u != "celery_durable" and not u.startswith(allowed)] == []

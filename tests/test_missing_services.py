@@ -145,7 +145,14 @@ def test_browser_tests_look_for_chromium_before_postgres_is_started(
         }
     )
     result = run_child(
-        [sys.executable, "-m", "pytest", "tests/test_django_browser.py", "-p", "no:cacheprovider"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/contrib/test_django_browser.py",
+            "-p",
+            "no:cacheprovider",
+        ],
         cwd=REPO_ROOT,
         env=env,
         timeout=110,

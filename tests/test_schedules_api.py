@@ -27,8 +27,8 @@ from celery_durable import (
 )
 from celery_durable.errors import SolarUnavailable
 from celery_durable.store.memory import MemoryStore
+from tests.core.test_solar import celery_next as solar_next
 from tests.support.clock import T0, FakeClock
-from tests.test_solar import celery_next as solar_next
 
 UTC = timezone.utc
 

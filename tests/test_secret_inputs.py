@@ -33,6 +33,7 @@ from celery_durable import (
 from celery_durable.core.schedule_aggregate import PendingRun
 from celery_durable.core.secrets import decode_secrets, encode_secrets
 from celery_durable.message import run_message, scheduled_message
+from tests.contrib.test_django_admin import LIST, client, django_site  # noqa: F401 (fixtures)
 from tests.support.clock import T0, FakeClock
 from tests.support.processes import (
     child_env,
@@ -41,7 +42,6 @@ from tests.support.processes import (
     running_process,
     wait_for,
 )
-from tests.test_django_admin import LIST, client, django_site  # noqa: F401 (fixtures)
 
 # -- Secret itself ------------------------------------------------------------------------------
 
@@ -147,10 +147,9 @@ def app(redis_url: str, sqlite_url: str) -> Celery:
 
 
 @pytest.fixture
-def durable(app: Celery, sqlite_url: str, clock: FakeClock) -> Iterator[Durable]:
-    d = Durable(app, sqlite_url, clock=clock)
-    yield d
-    d.close()
+def journal_url(sqlite_url: str) -> str:
+    """SQLite alone for the ``durable`` fixture: what is checked is the same on every database."""
+    return sqlite_url
 
 
 def bodies(redis_url: str) -> list[list[Any]]:
@@ -310,7 +309,7 @@ def test_a_beat_schedule_entry_may_carry_secrets(
     redis_url: str, sqlite_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """B5 and P5: a ``beat_schedule`` entry's args and kwargs keep their references."""
-    from tests.test_beat_import import Beat
+    from tests.importers.test_beat_import import Beat
 
     monkeypatch.setenv("P5_BEAT", "beat-entry-value-9d9d")
     entry = {
@@ -338,7 +337,7 @@ def test_metrics_name_no_value(
     durable: Durable, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prometheus = pytest.importorskip("prometheus_client")
-    from celery_durable.metrics import install_metrics
+    from celery_durable.observability.metrics import install_metrics
 
     registry = prometheus.CollectorRegistry()
     metrics = install_metrics(registry, durable=durable)
@@ -462,7 +461,7 @@ def test_the_admin_add_form_and_history_page_keep_references(
 ) -> None:
     """The add form reads ``{"$secret": "env:NAME"}`` as a Secret; the history page shows
     the reference, never the value (P5, O5)."""
-    from tests.test_django_admin import form_data
+    from tests.contrib.test_django_admin import form_data
 
     monkeypatch.setenv("P5_ADMIN_ADD", "admin-add-value-9b1d")
     data = form_data(
@@ -493,7 +492,7 @@ def test_the_cli_creates_schedules_with_secrets_and_never_prints_a_value(
 ) -> None:
     """``--input``, ``--args`` and ``--kwargs`` read ``{"$secret": "env:NAME"}`` as a Secret;
     every command shows the reference; a bad reference is refused, naming it."""
-    from tests.test_cli import as_json, fails, ok
+    from tests.cli.test_cli import as_json, fails, ok
 
     monkeypatch.setenv("P5_CLI", "cli-value-3c3c")
     url = sqlite_url

@@ -16,7 +16,7 @@ import pytest
 from celery import Celery, Task
 
 from celery_durable import Cron, Durable, Every, InvalidSchedule, ScheduledRun
-from tests.test_cli import fails, ok
+from tests.cli.test_cli import fails, ok
 
 EVERY = Every(timedelta(minutes=5))
 

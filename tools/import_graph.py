@@ -28,9 +28,9 @@ ROOT = PACKAGE.name
 
 #: Lower ranks are lower layers; a module may import its own layer and the ones below.
 LAYERS = [
-    ("errors",),
+    ("errors", "observability"),  # observability/__init__.py loads nothing
     ("core",),
-    ("message", "signals", "tracing"),
+    ("message", "observability.signals", "signals", "tracing"),  # signals: the public path
     (
         "store",
         "config",
@@ -38,12 +38,12 @@ LAYERS = [
         "secret_lookup",
     ),  # config redacts the URL with the store's parser
     ("runtime",),
-    ("celery_schedules", "dispatch", "worker", "schedules", "control", "health", "blackouts"),
+    ("dispatch", "worker", "schedules", "run_control", "observability.health", "blackouts"),
     (
         "beat",
-        "beat_import",
         "importers",
-        "metrics",
+        "observability.metrics",
+        "metrics",  # the public path of observability.metrics
         "durable",
         "cli",
         "contrib",
@@ -53,6 +53,9 @@ LAYERS = [
         "__main__",
     ),
 ]
+
+#: Subpackages whose modules sit in different layers: each of their modules is a group.
+SPREAD = ("observability",)
 
 #: The only places that may import SQLAlchemy: the store, and the Django app's migrations.
 SQL_PLACES = (f"{ROOT}.store", f"{ROOT}.contrib.django.migrations")
@@ -114,8 +117,11 @@ def import_graph() -> dict[str, dict[str, bool]]:
 
 
 def group_of(module: str) -> str:
-    """The module group: ``celery_durable.store.index`` → ``store``; the package → ``__init__``."""
+    """The module group: ``celery_durable.store.index`` → ``store``; the package → ``__init__``;
+    a module of a :data:`SPREAD` subpackage → itself (``observability.signals``)."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in SPREAD:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -195,7 +201,10 @@ def sql_outside_the_store(users: list[str]) -> list[str]:
 
 
 def _label(group: str) -> str:
-    return f"{group}/" if (PACKAGE / group).is_dir() else f"{group}.py"
+    if group in SPREAD:
+        return f"{group}/__init__.py"
+    path = group.replace(".", "/")
+    return f"{path}/" if (PACKAGE / path).is_dir() else f"{path}.py"
 
 
 def _wrapped(head: str, words: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from celery_durable.cli.common import DurableGroup, invalid, option, start_sessi
 from celery_durable.cli.health import health
 from celery_durable.cli.importing import import_group
 from celery_durable.cli.partitions import beats, partitions
-from celery_durable.cli.replay import replay
+from celery_durable.cli.replay_check import replay
 from celery_durable.cli.run import run
 from celery_durable.cli.runs import runs
 from celery_durable.cli.schedules import schedules

@@ -76,8 +76,8 @@ def _steps(events: list[Any], state: Any) -> list[dict[str, Any]]:
 
 
 def _outcome_json(state: Any) -> dict[str, Any] | None:
-    from celery_durable.control import outcome_of
     from celery_durable.core.outcomes import Faulted, Finished
+    from celery_durable.run_control import outcome_of
 
     found = outcome_of(state)
     if found is None:

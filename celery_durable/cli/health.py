@@ -48,7 +48,7 @@ EXIT_CODES = {"ok": 0, "no_dispatcher": NO_DISPATCHER, "stalled": STALLED, "lagg
 def health(max_lag: float | None, max_tick_age: float | None) -> None:
     """Exit 0 when a dispatcher holds the lease, ticked recently and no due run waits longer
     than --max-lag; else exit 7, 8 or 9 with a one-line reason (1: journal unreadable)."""
-    from celery_durable.health import check
+    from celery_durable.observability.health import check
 
     current = session()
     durable = current.durable

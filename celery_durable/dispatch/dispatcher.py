@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from celery_durable import signals
 from celery_durable.blackouts import BlackoutWatch
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import (
@@ -40,8 +39,9 @@ from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording, Stored
 from celery_durable.dispatch.resender import Resender
-from celery_durable.dispatch.state import StateCache
+from celery_durable.dispatch.state_cache import StateCache
 from celery_durable.message import Resend
+from celery_durable.observability import signals
 from celery_durable.store.lease import default_owner
 from celery_durable.store.stores import AnyLease, AnyLeases
 

@@ -8,8 +8,8 @@ of each *shape* (task, send options, header names), records what it handed to
 only what differs from run to run: the task id (``id``, ``root_id``, ``correlation_id``), the
 arguments and their ``argsrepr``/``kwargsrepr``, and the headers the dispatcher sets
 (:func:`celery_durable.message.run_message`). The message is therefore Celery's by
-construction; ``tests/test_fast_publish.py`` compares the two field by field on Redis and on
-RabbitMQ.
+construction; ``tests/dispatch/test_fast_publish.py`` compares the two field by field on Redis
+and on RabbitMQ.
 
 Anything whose message could depend on more than the shape keeps the full path: a durable
 task, a task class that overrides ``apply_async``, ``shadow_name`` or Pydantic argument

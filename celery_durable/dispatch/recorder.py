@@ -18,7 +18,7 @@ from celery_durable.core.ids import schedule_stream
 from celery_durable.core.journal import Append
 from celery_durable.core.schedule_aggregate import Command, ScheduleState, decide_all
 from celery_durable.core.schedule_events import ScheduleEvent, to_new_event
-from celery_durable.dispatch.state import StateCache
+from celery_durable.dispatch.state_cache import StateCache
 from celery_durable.errors import AppendConflict
 from celery_durable.message import Resend
 from celery_durable.store.conflicts import CONFLICT_ATTEMPTS, ConflictCount

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from celery.schedules import crontab, schedule, solar
 
-from celery_durable.beat_import import stored_value
-from celery_durable.celery_schedules import crontab_rule
 from celery_durable.core.ids import schedule_id_for_name
 from celery_durable.core.limits import EARLIEST, check_instant
 from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import Every, Once, Rule, Solar, rule_from_json
 from celery_durable.errors import InvalidSchedule
+from celery_durable.importers.beat_schedule import stored_value
+from celery_durable.importers.celery_schedules import crontab_rule
 from celery_durable.importers.report import SKIP, Item
 from celery_durable.message import IMPORTED
 

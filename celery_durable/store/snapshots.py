@@ -5,7 +5,7 @@ its snapshot's version, so a stream may have gaps. Every reader that folds a str
 older state goes through :func:`fold_stream` (one stream) or ``fold_stored`` of the index (many
 streams): at a gap they take the snapshot, which covers every deleted event, and fold only the
 events after it. ``fold(all events) == fold(snapshot) + later events`` is what makes that
-correct; tests/test_snapshots.py proves it by property.
+correct; tests/store/test_snapshots.py proves it by property.
 """
 
 from __future__ import annotations

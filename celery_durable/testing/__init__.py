@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_durable.testing.clock import TestClock
-from celery_durable.testing.harness import CrashPlan, DurableHarness, StepRecord, assert_replays
+from celery_durable.testing._clock import TestClock
+from celery_durable.testing._harness import CrashPlan, DurableHarness, StepRecord, assert_replays
 
 __all__ = [
     "CrashPlan",

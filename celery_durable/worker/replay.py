@@ -5,7 +5,7 @@ Each run's body is called again inside a :class:`ReplayContext`: every position 
 answered from the journal (a stored result, a stored failure, a sleep that is over), no step
 function runs, nothing is appended and nothing is sent (an attempt to store stops the replay).
 The path the body takes is compared with the stored one by
-:func:`~celery_durable.core.replay.first_divergence_at`.
+:func:`~celery_durable.core.divergence.first_divergence_at`.
 
 Ended runs and runs still going (running, suspended: a sleep, a signal wait, a parent waiting
 for its children) are replayed alike. A run still going stops at its first position with
@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from celery_durable.core.branches import BRANCHES_STOPPED
+from celery_durable.core.divergence import Divergence, OldBranch, Step, first_divergence_at
 from celery_durable.core.ids import run_stream
 from celery_durable.core.journal import NewEvent
-from celery_durable.core.replay import Divergence, OldBranch, Step, first_divergence_at
 from celery_durable.core.run_aggregate import Position, PositionId, RunState, apply, fold
 from celery_durable.core.unit_of_work import SentRun
 from celery_durable.errors import DurableError

@@ -21,11 +21,11 @@ from typing import Any
 
 from celery import signals
 
-from celery_durable.control import run_ended
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import parse_due
 from celery_durable.core.schedule_aggregate import MarkEnded, MarkFailedToStart, MarkMissed
 from celery_durable.message import DEADLINE_HEADER, DUE_HEADER, SCHEDULE_HEADER, TRACK_END_HEADER
+from celery_durable.run_control import run_ended
 from celery_durable.runtime import Runtime
 from celery_durable.schedules import ScheduleStore
 from celery_durable.store.runs import FAILED_TO_START

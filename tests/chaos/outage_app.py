@@ -1,4 +1,4 @@
-"""The Celery app of the outage tests (``tests/test_outages.py``): beat and a worker.
+"""The Celery app of the outage tests (``tests/dispatch/test_outages.py``): beat and a worker.
 
 Environment: ``OUTAGE_BROKER`` (Redis URL, possibly through a TCP proxy), ``CELERY_DURABLE_URL``
 (the journal, possibly through a TCP proxy), ``OUTAGE_RUN_LEASE`` (``durable_run_lease``).

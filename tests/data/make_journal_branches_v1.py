@@ -1,6 +1,6 @@
 """Write ``tests/data/journal-branches-v1.sqlite``: durable runs with parallel branches as the
 code before the group markers (``BranchesStarted``/``BranchesStopped``, W9) stored them, for
-``tests/test_branches_legacy.py`` (SPEC §9: journals written before must still replay).
+``tests/worker/test_branches_legacy.py`` (SPEC §9: journals written before must still replay).
 
     python -m tests.data.make_journal_branches_v1   # run from a checkout of the previous code
 

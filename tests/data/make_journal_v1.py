@@ -1,5 +1,5 @@
 """Write ``tests/data/journal-v1.sqlite``: a journal in the current (v1) format, through the
-public API only, for ``tests/test_upgrade.py`` (SPEC §9, persistent contracts).
+public API only, for ``tests/store/test_upgrade.py`` (SPEC §9, persistent contracts).
 
     python -m tests.data.make_journal_v1            # rewrites tests/data/journal-v1.sqlite
 

@@ -1,6 +1,6 @@
 """Write ``tests/data/journal-v1-beat.sqlite``: a journal of schema version 1 whose schedules
 came from ``beat_schedule``, from the API and from an importer, with the index projected, for
-``tests/test_upgrade.py`` (SPEC §9; version 2 added the index's ``origin`` column, D13).
+``tests/store/test_upgrade.py`` (SPEC §9; version 2 added the index's ``origin`` column, D13).
 
     python -m tests.data.make_journal_v1_beat      # with the version-1 code first on PYTHONPATH
 
@@ -52,7 +52,7 @@ ORIGINS = {
 
 def make(path: Path) -> None:
     from celery_durable import Durable, Every
-    from celery_durable.beat_import import import_beat_schedule
+    from celery_durable.importers.beat_schedule import import_beat_schedule
 
     now = [BASE]
     app = Celery("upgrade-beat", broker="memory://", set_as_current=False)

@@ -5,7 +5,7 @@
 (``DURABLE_SITE_DATABASE_URL`` …): posts the login form, then makes each request of the JSON
 list (``{"method": "get"|"post", "path": "/admin/…", "data": {…}}``) with Django's test client
 and prints one JSON list of ``{"status", "location", "text"}``. Nothing is mocked: sessions,
-users and the journal are those of the project's database (tests/test_django_mysql.py).
+users and the journal are those of the project's database (tests/contrib/test_django_mysql.py).
 """
 
 import json

@@ -1,4 +1,4 @@
-"""Durable tasks with parallel branches for the worker tests (tests/test_branches_e2e.py).
+"""Durable tasks with parallel branches for the worker tests (tests/e2e/test_branches_e2e.py).
 
 Loaded into the workers of tests/support/durable_apps.py with ``--include``; steps count every
 execution in the test's external store (``record``), outside the journal.
