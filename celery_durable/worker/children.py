@@ -19,7 +19,7 @@ ends). A wake-up lost on the way is covered by the parent's row, which asks the 
 send the parent again one run lease later (``durable_run_lease``). After storing its
 suspension the parent looks at its children once more, so a child that ended in between (and
 found the parent's row not suspended) is not missed: the parent wakes itself the same way.
-A worker process keeps the state of a parent it suspended (:mod:`.state_cache`), so that the
+A worker process keeps the state of a parent it suspended (:mod:`.parent_states`), so that the
 parent's next delivery reads only the events stored since.
 """
 
@@ -70,7 +70,7 @@ from celery_durable.message import PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED
 from celery_durable.worker.context import Changed, RunContext, current_run
-from celery_durable.worker.state_cache import state_cache
+from celery_durable.worker.parent_states import parent_states
 from celery_durable.worker.steps import cancelled, step_failed
 from celery_durable.worker.traced import traced
 
@@ -333,7 +333,7 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     while True:
         if record.status == "completed":
             # A copy: the children's outcomes stay as stored for the next delivery's replay
-            # (.state_cache), whatever the body does with the list it gets.
+            # (.parent_states), whatever the body does with the list it gets.
             return copy.deepcopy(list(record.result))
         if record.status == "failed":
             raise step_failed(run.run_id, position, name, record.error or {}, 0)
@@ -447,7 +447,7 @@ def _suspend(run: RunContext, children: list[str]) -> None:
     last = run.last_stored
     if pristine is not None and last is not None and pristine.version == run.state.version:
         # The next delivery (in this process, most likely) reads only what comes after.
-        state_cache(runtime).keep(run.run_id, pristine, last)
+        parent_states(runtime).keep(run.run_id, pristine, last)
     # A child that ended between our look and the suspension found the parent's row not
     # suspended and sent nothing: wake the parent as that child would have (unless a child
     # that ended after the suspension did already).

@@ -35,13 +35,13 @@ from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED
 from celery_durable.worker.context import RunContext, claim_row
 from celery_durable.worker.owners import owner_alive
+from celery_durable.worker.parent_states import read_state
 from celery_durable.worker.run_ends import (
     MISSED_LATE_DELIVERY,
     past_deadline,
     record_failed_to_start,
     record_missed,
 )
-from celery_durable.worker.state_cache import read_state
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime

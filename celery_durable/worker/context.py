@@ -151,7 +151,7 @@ class RunContext:
         self.pristine: RunState | None = None
         """The same state, folded from copies of the events, whose values no body holds:
         what a parent waiting for its children leaves to the next delivery
-        (:mod:`.state_cache`); ``None`` for other runs."""
+        (:mod:`.parent_states`); ``None`` for other runs."""
         self.last_stored: NewEvent | None = None
         """The event this delivery stored last (at the state's version once stored)."""
         self.woke: SentRun | None = None

@@ -365,7 +365,7 @@ def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
 def test_a_done_fan_outs_results_changed_by_the_body_are_replayed_as_stored(
     sqlite_durable: DurableHarness,
 ) -> None:
-    """The kept state shares a finished fan-out's results (.state_cache); the body gets a
+    """The kept state shares a finished fan-out's results (.parent_states); the body gets a
     copy, so what it changes is not what a later delivery replays (W11)."""
     durable = sqlite_durable
     from celery_durable import sleep as durable_sleep

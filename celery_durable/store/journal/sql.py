@@ -286,26 +286,22 @@ class SqlJournal:
         try:
             self._refuse_nesting()
             self.ensure_ready()
-            with self._core.connect() as conn:  # what _write_connection does, inline
-                with conn.begin():
-                    self.database.begin_write(conn)
-                    state = _TxState()
-                    conn.info[_TX_KEY] = state
-                    self._local.open = True
-                    try:
-                        yield conn
-                        if state.failed:
-                            raise JournalError(
-                                "an append in this transaction failed; the transaction was "
-                                "rolled back"
-                            )
-                    finally:
-                        self._local.open = False
-                        # On a connection the server dropped even reading `info` raises: keep
-                        # the original error, not that one.
-                        with contextlib.suppress(SQLAlchemyError):
-                            conn.info.pop(_TX_KEY, None)
-                self.database.committed(conn)
+            with self._write_connection() as conn:
+                state = _TxState()
+                conn.info[_TX_KEY] = state
+                self._local.open = True
+                try:
+                    yield conn
+                    if state.failed:
+                        raise JournalError(
+                            "an append in this transaction failed; the transaction was rolled back"
+                        )
+                finally:
+                    self._local.open = False
+                    # On a connection the server dropped even reading `info` raises: keep
+                    # the original error, not that one.
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.info.pop(_TX_KEY, None)
         except SQLAlchemyError as exc:
             if doing is None:
                 raise

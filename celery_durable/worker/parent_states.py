@@ -32,13 +32,13 @@ from celery_durable.core.run_aggregate import Position, RunState, fold
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
 
-__all__ = ["StateCache", "clone", "read_state", "state_cache"]
+__all__ = ["ParentStates", "clone", "parent_states", "read_state"]
 
 CACHED_RUNS = 8
 """How many waiting parents' states a worker process keeps (the least recently kept go)."""
 
 
-class StateCache:
+class ParentStates:
     """Run ID → (pristine state, the last event it folded), at most :data:`CACHED_RUNS`."""
 
     def __init__(self, size: int = CACHED_RUNS) -> None:
@@ -62,11 +62,11 @@ class StateCache:
         return len(self._states)
 
 
-def state_cache(runtime: Runtime) -> StateCache:
+def parent_states(runtime: Runtime) -> ParentStates:
     """The cache of this runtime (one per runtime, so per journal)."""
     cache = runtime.__dict__.get("_parent_states")
     if cache is None:
-        cache = runtime.__dict__.setdefault("_parent_states", StateCache())
+        cache = runtime.__dict__.setdefault("_parent_states", ParentStates())
     return cache
 
 
@@ -83,7 +83,7 @@ def read_state(runtime: Runtime, run_id: str) -> tuple[RunState, RunState | None
     at a fan-out (``None`` otherwise). From a kept state and the events after it when this
     process kept one that still matches the stream, else from the start."""
     stream = run_stream(run_id)
-    kept = state_cache(runtime).take(run_id)
+    kept = parent_states(runtime).take(run_id)
     pristine: RunState | None = None
     if kept is not None:
         state, type_, data = kept
