@@ -59,6 +59,11 @@ OWNER_HEADER = "durable_owner"
 """Message header naming the claim a re-sent delivery takes over (its own, from before)."""
 PARENT_HEADER = "durable_parent"
 """Message header of a child run (W10): its parent's run ID, stored in its ``RunStarted``."""
+FIRST_SEND_HEADER = "durable_first_send"
+"""Present (``True``) on a child run's message as its parent sent it, and on a re-send of a
+child nobody has claimed yet (W10): its stream is most likely empty, so the worker claims it
+without reading the stream first (a stream that is not empty makes the claim conflict, and
+the worker then reads it as for any other delivery)."""
 SHOWN_ARGS_HEADER = "durable_shown_args"
 """A plain run whose arguments hold secret values (P5): ``{"argsrepr": …, "kwargsrepr": …}``,
 the arguments as Celery may show them (the references). Celery keeps custom headers on a

@@ -23,7 +23,9 @@ WAKE_AGAIN_AFTER = 30.0
 """Seconds after which a run marked woken but not claimed since may be woken again (the
 wake-up was lost: the waking child's worker died between its commit and the send)."""
 
-RUN_ROW_FIELDS = frozenset({"status", "owner", "lease_until", "wake_at", "task", "message"})
+RUN_ROW_FIELDS = frozenset(
+    {"status", "owner", "lease_until", "wake_at", "wake_after", "task", "message"}
+)
 """What :meth:`UnitOfWork.save_run` may change in a run's row (``updated_at`` is ``now``)."""
 
 
@@ -69,14 +71,32 @@ class UnitOfWork(Protocol):
         within ``lease`` seconds (D8); a row that exists already is left alone."""
         ...
 
-    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
+    def wake(
+        self, run_id: str, *, now: datetime, lease: float, at_once: bool = False
+    ) -> SentRun | None:
         """Note that a suspended run is being sent again (a child's end wakes its parent,
         W10): its row's ``lease_until`` is set to ``now + lease`` (a suspended row has none),
         its status and wake time stay. Returns the run's message to send once the unit is
         stored, or ``None`` when the row is not suspended or another wake-up is in flight
         already (its ``lease_until`` is set, less than :data:`WAKE_AGAIN_AFTER` seconds ago):
         of many children ending, only the first sends the parent. The parent's next
-        suspension clears the mark."""
+        suspension clears the mark.
+
+        A row whose ``wake_after`` countdown is above 1 (a parent that waits for several of
+        its children to end, W11) is not woken: the countdown goes down by one, unless
+        ``at_once`` (a child that did not finish: the parent must see it now)."""
+        ...
+
+    def wait_for(
+        self, run_id: str, children: Sequence[str], *, wake_after: int, now: datetime, lease: float
+    ) -> SentRun | None:
+        """The run, suspended in this unit (its row written by :meth:`save_run` before), waits
+        until ``wake_after`` of ``children`` have ended (W11). Under the row's lock, count
+        those not ended yet: none left, or ``wake_after`` ended already, and the run is marked
+        woken here (its message returned, for the caller to send once the unit is stored);
+        otherwise its countdown becomes at most that count, so that the last of them always
+        wakes it. A child whose end commits after this look finds the row suspended and
+        counts down (its end waited for the row's lock)."""
         ...
 
     def save_index(

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
@@ -57,6 +57,8 @@ STATUSES = (
 """The values of the ``status`` column (a persistent contract)."""
 
 ACTIVE = (QUEUED, RUNNING)
+ENDED = (FINISHED, FAULTED, CANCELLED, PARKED)
+"""The statuses of a run that has an outcome (or is parked): what a waiting parent counts."""
 
 
 def _resend(row: Any) -> Resend:
@@ -337,14 +339,16 @@ def record_sent_rows(
 
 def save_run_row(
     conn: Connection,
-    database: Database,
+    journal: SqlJournal,
     run_id: str,
     values: Mapping[str, Any],
     *,
     now: datetime,
 ) -> None:
     """Update (or create) the row of ``run_id`` in the caller's transaction (the unit of
-    work's ``save_run``)."""
+    work's ``save_run``). The ``UPDATE`` of each set of columns is rendered once
+    (:meth:`SqlJournal.prepared`): a run's claim, suspension and end write one each."""
+    database = journal.database
     check_run_values(values)
     changed = dict(values)
     changed["updated_at"] = now
@@ -354,7 +358,9 @@ def save_run_row(
     task = changed.pop("task", None)
     if task is not None:
         changed["task"] = task
-    result = conn.execute(update(runs_table).where(runs_table.c.run_id == run_id).values(**changed))
+    columns = tuple(sorted(changed))
+    prepared = journal.prepared(("save_run", columns), lambda: _update_by_id(columns), conn)
+    result = prepared.execute(conn, {**changed, "run_id_": run_id})
     if result.rowcount == 0:
         # The dispatcher may be inserting this row at the same moment (it records a sent run
         # after the send, and a fast worker can get there first): insert-or-update.
@@ -368,24 +374,113 @@ def save_run_row(
         conn.execute(database.insert_or_update(runs_table, "run_id", changed).values(**row))
 
 
-def wake_row(conn: Connection, run_id: str, *, now: datetime, lease: float) -> Resend | None:
+def _update_by_id(columns: Sequence[str]) -> Any:
+    """``UPDATE`` of ``columns`` (bound by their names) of the row whose ``run_id`` is bound
+    as ``run_id_``."""
+    table = runs_table
+    return (
+        update(table)
+        .where(table.c.run_id == bindparam("run_id_"))
+        .values({name: bindparam(name, type_=table.c[name].type) for name in columns})
+    )
+
+
+def _locked_row() -> Any:
+    """The row a child's end wakes (or counts down), read with its lock (``wake_row``);
+    ``marked``: whether a wake-up sent after ``stale`` is in flight (compared by the database,
+    which also reads the stored time: a driver's statement gets no type conversion back)."""
+    table = runs_table
+    marked = case((table.c.lease_until > bindparam("stale", type_=table.c.lease_until.type), 1),
+                  else_=0)  # fmt: skip
+    return (
+        select(table.c.status, marked.label("marked"), table.c.wake_after, table.c.task,
+               table.c.message)
+        .where(table.c.run_id == bindparam("run_id_"))
+        .with_for_update()
+    )  # fmt: skip
+
+
+def wake_row(
+    conn: Connection,
+    journal: SqlJournal,
+    run_id: str,
+    *,
+    now: datetime,
+    lease: float,
+    at_once: bool = False,
+) -> Resend | None:
     """The unit of work's ``wake``: in the caller's transaction, mark the suspended row of
     ``run_id`` as woken (``lease_until``) unless it was marked less than
-    ``WAKE_AGAIN_AFTER`` seconds ago; its message when this call marked it. The conditional
-    ``UPDATE`` takes the row's lock, so of two transactions at once only one sees it unmarked
-    (the other waits, then sees the mark)."""
-    stale_mark = now + timedelta(seconds=lease - WAKE_AGAIN_AFTER)
-    result = conn.execute(
-        update(runs_table)
-        .where(
-            runs_table.c.run_id == run_id,
-            runs_table.c.status == SUSPENDED,
-            or_(runs_table.c.lease_until.is_(None), runs_table.c.lease_until <= stale_mark),
+    ``WAKE_AGAIN_AFTER`` seconds ago; its message when this call marked it. A parent counting
+    down its children's ends (``wake_after`` above 1, W11) is only counted down, unless
+    ``at_once``.
+
+    The row is read with its lock (``SELECT … FOR UPDATE``; SQLite has one writer anyway),
+    whatever its status: of two children ending at once only one sees it unmarked, and a
+    child ending while its parent suspends either ends before the suspension's look at the
+    children (which then sees it ended) or after the suspension committed (and then counts
+    down or wakes): its end is never missed by both."""
+    read = journal.prepared("wake_row", _locked_row, conn)
+    stale = now + timedelta(seconds=lease - WAKE_AGAIN_AFTER)
+    row = read.execute(conn, {"run_id_": run_id, "stale": stale}).first()
+    if row is None or row.status != SUSPENDED or row.marked:
+        return None  # not waiting, or another wake-up is in flight
+    if not at_once and (row.wake_after or 0) > 1:
+        count_down = journal.prepared(
+            ("save_run", ("wake_after",)), lambda: _update_by_id(("wake_after",)), conn
         )
-        .values(lease_until=now + timedelta(seconds=lease))
-    )
-    if not result.rowcount:
+        count_down.execute(conn, {"wake_after": row.wake_after - 1, "run_id_": run_id})
         return None
+    columns = ("lease_until", "wake_after")
+    mark = journal.prepared(("save_run", columns), lambda: _update_by_id(columns), conn)
+    mark.execute(
+        conn,
+        {"lease_until": now + timedelta(seconds=lease), "wake_after": None, "run_id_": run_id},
+    )
+    return Resend.from_json(run_id, row.task, json.loads(row.message or "{}"))
+
+
+def wait_for_rows(
+    conn: Connection,
+    run_id: str,
+    children: Sequence[str],
+    *,
+    wake_after: int,
+    now: datetime,
+    lease: float,
+) -> Resend | None:
+    """The unit of work's ``wait_for``: the suspended row of ``run_id`` (locked by the
+    ``UPDATE`` of its suspension, earlier in the caller's transaction) waits for
+    ``wake_after`` of ``children`` to end; marked woken at once when that many ended
+    already or none is left running (its message returned)."""
+    table = runs_table
+    ended = 0
+    for start in range(0, len(children), 500):
+        ended += conn.execute(
+            select(func.count())
+            .select_from(table)
+            .where(
+                table.c.run_id.in_(children[start : start + 500]),
+                table.c.status.in_(ENDED),
+            )
+        ).scalar_one()
+    left = len(children) - ended
+    if left <= 0 or ended >= wake_after:
+        conn.execute(
+            update(table)
+            .where(table.c.run_id == run_id, table.c.status == SUSPENDED)
+            .values(lease_until=now + timedelta(seconds=lease), wake_after=None)
+        )
+        return _message_row(conn, run_id)
+    conn.execute(
+        update(table)
+        .where(table.c.run_id == run_id, table.c.status == SUSPENDED)
+        .values(wake_after=max(1, min(wake_after - ended, left)))
+    )
+    return None
+
+
+def _message_row(conn: Connection, run_id: str) -> Resend | None:
     found = conn.execute(
         select(runs_table.c.run_id, runs_table.c.task, runs_table.c.message).where(
             runs_table.c.run_id == run_id

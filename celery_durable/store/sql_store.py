@@ -25,7 +25,13 @@ from celery_durable.store.index import ScheduleIndex, entry_row, upsert
 from celery_durable.store.journal.sql import SqlJournal
 from celery_durable.store.partitions import PartitionLeases, resolve_partitions
 from celery_durable.store.retention import Pruner
-from celery_durable.store.runs import RunStore, record_sent_rows, save_run_row, wake_row
+from celery_durable.store.runs import (
+    RunStore,
+    record_sent_rows,
+    save_run_row,
+    wait_for_rows,
+    wake_row,
+)
 
 if TYPE_CHECKING:
     from celery_durable.core.unit_of_work import Store, UnitOfWork
@@ -46,15 +52,26 @@ class SqlUnitOfWork:
 
     def save_run(self, run_id: str, values: Mapping[str, Any], *, now: datetime) -> None:
         """Update (or create) the run's row."""
-        save_run_row(self._conn, self._journal.database, run_id, values, now=now)
+        save_run_row(self._conn, self._journal, run_id, values, now=now)
 
     def record_sent(self, sent: Sequence[SentRun], *, now: datetime, lease: float) -> None:
         """Queued rows for runs just sent; existing rows stay (D8)."""
         record_sent_rows(self._conn, self._journal.database, sent, now=now, lease=lease)
 
-    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
-        """Mark a suspended run's row as being sent again; its message, or ``None``."""
-        return wake_row(self._conn, run_id, now=now, lease=lease)
+    def wake(
+        self, run_id: str, *, now: datetime, lease: float, at_once: bool = False
+    ) -> SentRun | None:
+        """Mark a suspended run's row as being sent again (or count down its children's
+        ends); its message, or ``None``."""
+        return wake_row(self._conn, self._journal, run_id, now=now, lease=lease, at_once=at_once)
+
+    def wait_for(
+        self, run_id: str, children: Sequence[str], *, wake_after: int, now: datetime, lease: float
+    ) -> SentRun | None:
+        """The suspended run waits for ``wake_after`` of ``children`` to end (W11)."""
+        return wait_for_rows(
+            self._conn, run_id, list(children), wake_after=wake_after, now=now, lease=lease
+        )
 
     def save_index(
         self, states: Sequence[ScheduleState], *, now: datetime, live: LiveSchedules | None = None

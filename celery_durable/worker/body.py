@@ -112,6 +112,9 @@ def _end(run: RunContext, type_: str, status: str, data: dict[str, Any]) -> None
         [run.event(type_, **data)],
         {"status": status, "owner": None, "lease_until": None, "wake_at": None},
         wake=run.state.parent,
+        # A parent counting down its children's ends (W11) must see one that did not finish
+        # at once: it stops starting others.
+        wake_at_once=status != FINISHED,
     )
     wake_parent(run)
 

@@ -66,10 +66,10 @@ from celery_durable.core.run_aggregate import (
     parked_outcome,
 )
 from celery_durable.errors import DurableError, StepFailed
-from celery_durable.message import PARENT_HEADER, Resend
+from celery_durable.message import FIRST_SEND_HEADER, PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED, SUSPENDED
-from celery_durable.worker.context import Changed, RunContext, current_run
+from celery_durable.store.runs import SUSPENDED
+from celery_durable.worker.context import Changed, RunContext, WaitFor, current_run
 from celery_durable.worker.parent_states import parent_states
 from celery_durable.worker.steps import cancelled, step_failed
 from celery_durable.worker.traced import traced
@@ -79,7 +79,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("celery_durable.runs")
 
-ENDED_STATUSES = frozenset((FINISHED, FAULTED, CANCELLED, PARKED))
 ENDINGS = (RUN_FINISHED, RUN_FAULTED, RUN_CANCELLED, RUN_PARKED)
 """The events that end a run (or park it): what a parent reads of its children (W11)."""
 
@@ -165,7 +164,7 @@ def _resend(run: RunContext, child: str, task: str, args: Any, kwargs: Any) -> R
         task=task,
         args=list(args),
         kwargs=dict(kwargs),
-        headers={PARENT_HEADER: run.run_id},
+        headers={PARENT_HEADER: run.run_id, FIRST_SEND_HEADER: True},
     )
 
 
@@ -177,12 +176,15 @@ def _store_starts(run: RunContext, events: list[NewEvent], sends: list[Resend]) 
 
 
 def _send(runtime: Runtime, sends: list[Resend]) -> None:
+    """Send children's first messages on one producer. A child's result is its journal's
+    (its parent reads it there, as ``durable.result`` does): Celery's result backend is not
+    written for it (``ignore_result``, which Celery keeps on the run's later messages)."""
     if not sends:
         return
     try:
         with runtime.app.producer_or_acquire() as producer:
             for resend in sends:
-                resend.send(runtime.app, producer=producer)
+                resend.send(runtime.app, producer=producer, ignore_result=True)
     except Exception as exc:
         # The rows say these children were sent: the stale-run re-send (D8) sends them.
         log.warning(
@@ -414,7 +416,8 @@ def _fan_out_once(run: RunContext, position: int, name: str, fan: FanOut, items:
     if fan.done():
         return True
     # (a child that ended since the look above is seen by _suspend's own look afterwards)
-    _suspend(run, [rid for _, rid in fan.in_flight()])
+    flying = fan.in_flight()
+    _suspend(run, [rid for _, rid in flying], wake_after(len(flying), fan.total - len(fan.started)))
     return False
 
 
@@ -434,13 +437,15 @@ def _failed(
 # -- waiting ---------------------------------------------------------------------------------
 
 
-def _suspend(run: RunContext, children: list[str]) -> None:
-    """Give the worker back until a child ends; raises ``Suspend`` (or ``StepFailed`` when a
-    cancel request arrived meanwhile, by returning so that the caller looks again)."""
+def _suspend(run: RunContext, children: list[str], wake_after: int = 1) -> None:
+    """Give the worker back until ``wake_after`` of ``children`` end (or one fails); raises
+    ``Suspend`` (or returns when a cancel request arrived meanwhile, so that the caller looks
+    again and raises ``StepFailed``)."""
     runtime = run.runtime
     safety = run.now() + timedelta(seconds=runtime.config.run_lease)
+    waiting = WaitFor(children=tuple(children), wake_after=max(1, min(wake_after, len(children))))
     try:
-        suspend = run.suspend(None, CHILD_WAIT, wake_at=safety)
+        suspend = run.suspend(None, CHILD_WAIT, wake_at=safety, wait_for=waiting)
     except Changed:
         return  # a cancel request arrived: the caller sees it
     pristine = getattr(run, "pristine", None)
@@ -448,21 +453,23 @@ def _suspend(run: RunContext, children: list[str]) -> None:
     if pristine is not None and last is not None and pristine.version == run.state.version:
         # The next delivery (in this process, most likely) reads only what comes after.
         parent_states(runtime).keep(run.run_id, pristine, last)
-    # A child that ended between our look and the suspension found the parent's row not
-    # suspended and sent nothing: wake the parent as that child would have (unless a child
-    # that ended after the suspension did already).
-    if _ended(runtime, children):
-        with runtime.store.unit_of_work() as unit:
-            woke = unit.wake(run.run_id, now=run.now(), lease=runtime.config.run_lease)
-        if woke is not None:
-            Resend.from_json(woke.run_id, woke.task, woke.to_json()).send(runtime.app)
+    # Children that ended between our look and the suspension found the parent's row not
+    # suspended and counted nothing: the suspension's own look at them woke the parent.
+    woke = run.woke_self
+    if woke is not None:
+        Resend.from_json(woke.run_id, woke.task, woke.to_json()).send(runtime.app)
     raise suspend
 
 
-def _ended(runtime: Runtime, children: list[str]) -> bool:
-    """Whether one of ``children`` has ended (the run table says, in one query)."""
-    rows = runtime.runs.statuses(children)
-    return any(rows.get(rid) in ENDED_STATUSES for rid in children)
+def wake_after(in_flight: int, left_to_start: int) -> int:
+    """How many of the ``in_flight`` children must end before a fan-out's parent is sent
+    again (W11): all of them once no input is left to start; otherwise a quarter of them, so
+    that at least three quarters of ``at_most`` stay in flight while the parent sleeps, and a
+    parent of a wide fan-out wakes once per batch of ends rather than once per end. A child
+    that does not finish wakes the parent at once, whatever the count."""
+    if left_to_start <= 0:
+        return max(1, in_flight)
+    return max(1, in_flight // 4)
 
 
 def _outcomes(runtime: Runtime, children: list[str]) -> dict[str, Outcome]:

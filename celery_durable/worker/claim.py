@@ -25,11 +25,18 @@ from celery_durable.core.run_aggregate import (
     Ended,
     NotYet,
     Proceed,
+    RunState,
     fold,
     on_delivery,
 )
 from celery_durable.errors import DurableError, JournalError, JournalUnavailable
-from celery_durable.message import PARENT_HEADER, message_json, unreadable_secret
+from celery_durable.message import (
+    DEADLINE_HEADER,
+    FIRST_SEND_HEADER,
+    PARENT_HEADER,
+    message_json,
+    unreadable_secret,
+)
 from celery_durable.secret_lookup import secret_lookup
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import CANCELLED
@@ -87,7 +94,13 @@ def claimed(
     runtime: Runtime = task.runtime
     journal = runtime.journal
     stream = run_stream(run_id)
-    state, pristine = read_state(runtime, run_id)
+    request = task.request
+    if _first_send(request):
+        # A child's first message: its stream is empty but for a rare second delivery, which
+        # the claim's conflict finds (``reread`` below); one read fewer per child (W11).
+        state, pristine = RunState(), None
+    else:
+        state, pristine = read_state(runtime, run_id)
     run = RunContext(
         runtime,
         run_id=run_id,
@@ -144,6 +157,18 @@ def claimed(
         # No claim stored, so nothing of the run ran: keep the message (W1).
         raise JournalUnavailable(str(exc)) from exc
     return value if done else run
+
+
+def _first_send(request: Any) -> bool:
+    """Whether this delivery is of a child's first message, as its parent sent it
+    (:data:`~celery_durable.message.FIRST_SEND_HEADER`, not a broker's redelivery, not
+    carrying a start deadline to check against the stored start)."""
+    if not getattr(request, FIRST_SEND_HEADER, None):
+        return False
+    if getattr(request, "retries", None):
+        return False
+    info = getattr(request, "delivery_info", None) or {}
+    return not info.get("redelivered") and not getattr(request, DEADLINE_HEADER, None)
 
 
 def _claim(run: RunContext, task: Any, args: Any, kwargs: Any, now: datetime) -> None:

@@ -158,6 +158,9 @@ class RunContext:
         """The parent's message when this run's end marked its parent woken (``wake=``)."""
         self.wake_known = False
         """Whether the stored end's unit of work looked at the parent's row (``wake=``)."""
+        self.woke_self: SentRun | None = None
+        """This run's own message when its suspension found the children it waits for
+        ended already (``wait_for=``): the caller sends it once the suspension is stored."""
         self.tracer = tracing.tracer()
         """The tracer of this delivery's step spans (``None``: untraced), asked once: a
         provider set while the delivery runs is used from the next one."""
@@ -251,13 +254,18 @@ class RunContext:
         abort_if: Callable[[], bool] | None = None,
         sent: Sequence[SentRun] = (),
         wake: str | None = None,
+        wake_at_once: bool = False,
+        wait_for: WaitFor | None = None,
     ) -> None:
         """Append ``events`` at the version in memory; fold them into the state.
 
         ``row``: values for the run's row in the run table, and ``sent``: rows for runs just
         sent (children being started), written in the same unit of work; ``wake``: a parent
         to mark woken in it too (a child's end, W10: :attr:`woke` then holds the parent's
-        message when this unit is the one that woke it). The lease is renewed
+        message when this unit is the one that woke it; ``wake_at_once``: whatever the
+        parent's countdown of its children's ends); ``wait_for``: this run, suspended by
+        ``row``, waits for some of its children to end (:attr:`woke_self` then holds its own
+        message when they have ended already). The lease is renewed
         in the same commit once half of it has passed.
         Raises :class:`LostClaim` when another delivery claimed the run meanwhile, and
         :class:`Changed` when, after a conflict, ``abort_if()`` says the events no longer fit.
@@ -274,7 +282,7 @@ class RunContext:
                 values = values or {}
                 values.setdefault("lease_until", until)
                 values.setdefault("owner", self.owner)
-            self.stored(batch, self._write(batch, values, now, sent, wake))
+            self.stored(batch, self._write(batch, values, now, sent, wake, wake_at_once, wait_for))
             if renewing:
                 self.lease_until = self.state.claim.lease_until if self.state.claim else None
 
@@ -311,12 +319,14 @@ class RunContext:
         now: datetime,
         sent: Sequence[SentRun] = (),
         wake: str | None = None,
+        wake_at_once: bool = False,
+        wait_for: WaitFor | None = None,
     ) -> int:
         """Store ``batch``; a connection that dies under it is replaced once before the
         delivery gives up (a step's side effect has happened: its result must not be lost
         to a server restart between two steps)."""
         try:
-            return self.write(batch, values, now, sent, wake)
+            return self.write(batch, values, now, sent, wake, wake_at_once, wait_for)
         except JournalUnavailable as exc:
             if not exc.connection_lost:
                 raise
@@ -328,7 +338,13 @@ class RunContext:
             self.pristine = None
             landed = self._landed(batch)
             # (landed: whether it marked the parent is unknown; wake_known stays False)
-            return landed if landed is not None else self.write(batch, values, now, sent, wake)
+            if landed is not None:
+                if wait_for is not None:
+                    # Whether its children had ended is unknown: look again (waking itself
+                    # at worst once more than needed).
+                    self.woke_self = self.runtime.runs.resend_of(self.run_id)
+                return landed
+            return self.write(batch, values, now, sent, wake, wake_at_once, wait_for)
 
     def _landed(self, batch: list[NewEvent]) -> int | None:
         """The stream's version if ``batch`` was committed although its reply was lost."""
@@ -347,16 +363,18 @@ class RunContext:
         now: datetime,
         sent: Sequence[SentRun] = (),
         wake: str | None = None,
+        wake_at_once: bool = False,
+        wait_for: WaitFor | None = None,
     ) -> int:
         """The one write of a run's events and its row: ``batch`` at the version in memory,
-        the row's ``values``, the rows of runs ``sent`` and the mark of a parent woken
-        (``wake``), in one unit of work (events alone, a step's result: the journal's
-        ``append``, its own transaction); the stream's new version. ``AppendConflict`` when
-        another writer got there first."""
+        the row's ``values``, the rows of runs ``sent``, the mark of a parent woken
+        (``wake``) and this run's wait for its children (``wait_for``), in one unit of work
+        (events alone, a step's result: the journal's ``append``, its own transaction); the
+        stream's new version. ``AppendConflict`` when another writer got there first."""
         if values is None and not sent and wake is None:
             return self.journal.append(self.stream, self.state.version, batch)
         append = Append(stream=self.stream, expected_version=self.state.version, events=batch)
-        woke = None
+        woke = woke_self = None
         with self.runtime.store.unit_of_work() as unit:
             version = unit.append([append])[0]
             if values is not None:
@@ -364,9 +382,18 @@ class RunContext:
             if sent:
                 unit.record_sent(sent, now=now, lease=self.lease)
             if wake is not None:
-                woke = unit.wake(wake, now=now, lease=self.lease)
+                woke = unit.wake(wake, now=now, lease=self.lease, at_once=wake_at_once)
+            if wait_for is not None:
+                woke_self = unit.wait_for(
+                    self.run_id,
+                    wait_for.children,
+                    wake_after=wait_for.wake_after,
+                    now=now,
+                    lease=self.lease,
+                )
         if wake is not None:
             self.woke, self.wake_known = woke, True
+        self.woke_self = woke_self
         return version
 
     def catch_up(self) -> None:
@@ -387,13 +414,15 @@ class RunContext:
         *,
         wait: str | None = None,
         wake_at: datetime | None = None,
+        wait_for: WaitFor | None = None,
     ) -> Suspend:
         """Store ``events`` and a ``RunSuspended`` (releasing the claim); return the
         :class:`Suspend` to raise. Short waits come back by a broker countdown; the run's
         row tells the dispatcher when to send it again (at once for long waits, one lease
         later for short ones, in case the countdown message is lost). ``wake_at``: when the
         dispatcher sends a run without a wake time again (a parent waiting for children, in
-        case the child's wake-up is lost)."""
+        case the child's wake-up is lost); ``wait_for``: the children whose ends wake it
+        (:meth:`append`)."""
         now = self.now()
         wake_at = until if wake_at is None else wake_at
         if until is not None and (until - now).total_seconds() <= self.short_sleep:
@@ -409,9 +438,13 @@ class RunContext:
         try:
             self.append(
                 [*events, suspended],
-                {"status": SUSPENDED, "wake_at": wake_at, "owner": None, "lease_until": None},
+                {
+                    "status": SUSPENDED, "wake_at": wake_at, "owner": None, "lease_until": None,
+                    "wake_after": None if wait_for is None else wait_for.wake_after,
+                },
                 abort_if=lambda: self.must_wake(wait),
-            )
+                wait_for=wait_for,
+            )  # fmt: skip
         except BaseException:
             self.lease_until = saved_lease
             raise
@@ -422,6 +455,14 @@ class RunContext:
         the run must not go to sleep."""
         state = self.state
         return state.cancel_pending or (wait is not None and state.pending_signal(wait) is not None)
+
+
+@dataclass(frozen=True)
+class WaitFor:
+    """A parent's suspension waits for ``wake_after`` of ``children`` to end (W11)."""
+
+    children: Sequence[str]
+    wake_after: int
 
 
 def claim_row(owner: str, lease_until: datetime) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from celery_durable.errors import DurableError
 from celery_durable.message import decode_args, unreadable_secret
 from celery_durable.secret_lookup import secret_lookup
 from celery_durable.store.runs import RUNNING, SUSPENDED
-from celery_durable.worker.context import RunContext
+from celery_durable.worker.context import RunContext, WaitFor
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -106,6 +106,8 @@ class ReplayContext(RunContext):
         abort_if: Callable[[], bool] | None = None,
         sent: Sequence[SentRun] = (),
         wake: str | None = None,
+        wake_at_once: bool = False,
+        wait_for: WaitFor | None = None,
     ) -> None:
         if events and all(new.type == BRANCHES_STOPPED for new in events):
             # A group stored before its markers stops again on replay (W9): bookkeeping,

@@ -98,11 +98,15 @@ def main() -> None:
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument("--kill-parent-once", action="store_true")
     parser.add_argument("--no-chord", action="store_true", help="time map_children only")
+    parser.add_argument(
+        "--work", type=float, default=0.01,
+        help="seconds each child's step and each chord member sleep (the same work in both)",
+    )  # fmt: skip
     args = parser.parse_args()
     redis.Redis.from_url(args.redis).flushdb()
     tmp = Path(tempfile.mkdtemp(prefix="bench-children-"))
     with isolated_schema(args.pg_url) as journal:
-        env = {"E2E_BROKER": args.redis, "E2E_JOURNAL": journal}
+        env = {"E2E_BROKER": args.redis, "E2E_JOURNAL": journal, "E2E_WORK": str(args.work)}
         if args.kill_parent_once:
             env["E2E_VISIBILITY"] = "10"  # the killed parent's message comes back in 10 s
         client = Celery("bench-client", broker=args.redis, backend=args.redis)
@@ -183,7 +187,10 @@ def main() -> None:
             chord_cpu = cpu_seconds(groups) - cpu0
             assert oracle == result
         durable.close()
-    print(f"children={args.n} at_most={args.at_most} workers: prefork(2) + solo, Redis, PostgreSQL")
+    print(
+        f"children={args.n} at_most={args.at_most} work={args.work * 1000:g} ms per child and per "
+        "chord member; workers: prefork(2) + solo, Redis, PostgreSQL"
+    )
     print(f"map_children  wall {durable_wall:8.2f} s   worker CPU {durable_cpu:8.2f} s")
     print(f"chord         wall {chord_wall:8.2f} s   worker CPU {chord_cpu:8.2f} s")
     print(f"ratio (map_children / chord): wall {durable_wall / chord_wall:.2f}x, "

@@ -198,6 +198,80 @@ def test_only_the_first_wake_of_a_suspended_run_sends_it_until_it_suspends_again
         unit.wake("missing", now=NOW, lease=60)  # no row: nothing happens
 
 
+def test_a_parent_counting_down_its_childrens_ends_is_woken_by_the_last_one_counted(
+    any_store: AnyStore,
+) -> None:
+    """W11: a parent suspended with ``wake_after`` n is counted down by each child's end and
+    woken by the n-th; a child that did not finish wakes it at once (``at_once``); the next
+    suspension without a countdown is woken by the first end again."""
+    message = {"task": "p", "args": [], "kwargs": {}}
+    kids = ["p:0.0", "p:0.1", "p:0.2", "p:0.3"]
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {"status": "running", "task": "p", "message": message}, now=NOW)
+        unit.record_sent([Resend(run_id=k, task="k") for k in kids], now=NOW, lease=60)
+    suspended = {"status": "suspended", "owner": None, "lease_until": None, "wake_at": NOW}
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {**suspended, "wake_after": 3}, now=NOW)
+        assert unit.wait_for("p", kids, wake_after=3, now=NOW, lease=60) is None
+    for _ in range(2):
+        with any_store.unit_of_work() as unit:
+            assert unit.wake("p", now=NOW, lease=60) is None  # counted: 3 → 2 → 1
+    assert any_store.run_table().row("p")["wake_after"] == 1
+    with any_store.unit_of_work() as unit:
+        woke = unit.wake("p", now=NOW, lease=60)
+    assert woke is not None and woke.run_id == "p"
+    row = any_store.run_table().row("p")
+    assert row["wake_after"] is None and row["lease_until"] == NOW + timedelta(seconds=60)
+    # Suspended again, counting down from 4: a faulted child wakes it at once.
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {**suspended, "wake_after": 4}, now=NOW)
+    with any_store.unit_of_work() as unit:
+        assert unit.wake("p", now=NOW, lease=60, at_once=True) is not None
+    # Suspended without a countdown (a sleep, one child): the first end wakes it.
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {**suspended, "wake_after": None}, now=NOW)
+    with any_store.unit_of_work() as unit:
+        assert unit.wake("p", now=NOW, lease=60) is not None
+
+
+def test_a_suspension_that_waits_for_children_counts_those_that_ended_already(
+    any_store: AnyStore,
+) -> None:
+    """W11: the suspension's own look at the children it waits for (in its unit, under the
+    row's lock) wakes the parent when enough of them ended while it was getting there, or none
+    is left running; otherwise its countdown is never more than the children still running,
+    so that the last of them always wakes it."""
+    message = {"task": "p", "args": [], "kwargs": {}}
+    kids = ["p:0.0", "p:0.1", "p:0.2", "p:0.3"]
+    suspended = {"status": "suspended", "owner": None, "lease_until": None, "wake_at": NOW}
+
+    def suspend(wake_after: int) -> Any:
+        with any_store.unit_of_work() as unit:
+            unit.save_run("p", {**suspended, "wake_after": wake_after}, now=NOW)
+            return unit.wait_for("p", kids, wake_after=wake_after, now=NOW, lease=60)
+
+    def end(kid: str) -> None:
+        with any_store.unit_of_work() as unit:
+            unit.save_run(kid, {"status": "finished", "owner": None}, now=NOW)
+
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {"status": "running", "task": "p", "message": message}, now=NOW)
+        unit.record_sent([Resend(run_id=k, task="k") for k in kids], now=NOW, lease=60)
+    assert suspend(2) is None and any_store.run_table().row("p")["wake_after"] == 2
+    end(kids[0])
+    assert suspend(3) is None  # one of three ended: two more to go
+    assert any_store.run_table().row("p")["wake_after"] == 2
+    end(kids[1])
+    end(kids[2])
+    assert suspend(4) is None  # one left running: it wakes the parent, whatever was asked
+    assert any_store.run_table().row("p")["wake_after"] == 1
+    woke = suspend(2)  # two ended already: woken by its own look
+    assert woke is not None and woke.run_id == "p"
+    assert any_store.run_table().row("p")["lease_until"] == NOW + timedelta(seconds=60)
+    end(kids[3])
+    assert suspend(1) is not None  # none left running
+
+
 def test_the_events_of_given_types_of_many_streams_are_read_at_once(any_store: AnyStore) -> None:
     """How a parent reads its children's ends (W11): one read for many streams."""
     with any_store.unit_of_work() as unit:

@@ -261,7 +261,7 @@ def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_
             versions = dict(conn.execute(sa.text(
                 "SELECT component, version FROM celery_durable_schema"
             )).all())  # fmt: skip
-        assert versions == {"journal": 3}
+        assert versions == {"journal": 4}
         assert origins == ORIGINS
         entries = {k: v for k, v in BEAT_ENTRIES.items() if k != "gone"}
         report = import_beat_schedule(durable, entries)
@@ -296,3 +296,42 @@ def test_a_v1_journal_gains_the_slot_of_each_schedule_and_a_partitioned_read(
             assert set(index.attention(frozenset({k}))) == expected
     finally:
         durable.close()
+
+
+def test_a_v3_journals_waiting_parent_gains_a_countdown_column_and_its_fan_out_finishes(
+    tmp_path: Path,
+) -> None:
+    """Journal version 4 (W11, 2026-12-06): the run table's ``wake_after`` column. In the v3
+    journal a parent waits for the children of its ``map_children``; opened by the current
+    code, the column is added empty (the first child's end wakes that parent, as when it was
+    written), and the fan-out finishes, later suspensions counting their children's ends."""
+    from celery_durable.testing import DurableHarness, TestClock
+    from tests.data import make_journal_v3_children as v3
+
+    conn = sqlite3.connect(f"file:{v3.FIXTURE}?mode=ro", uri=True)
+    try:
+        (version,) = conn.execute("SELECT version FROM celery_durable_schema").fetchone()
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(celery_durable_runs)")}
+    finally:
+        conn.close()
+    assert version == 3 and "wake_after" not in columns
+    path = copy_of(v3.FIXTURE, tmp_path)
+    app = Celery("upgrade-children", broker="memory://", set_as_current=False)
+    app.conf.update(task_ignore_result=True)
+    clock = TestClock(v3.BASE + timedelta(seconds=1))
+    with DurableHarness(app, f"sqlite:///{path}", clock=clock) as durable:
+        durable.start()
+        v3.register(durable)
+        durable.journal.ensure_ready()
+        with durable.journal.engine.connect() as db:
+            versions = dict(db.execute(sa.text(
+                "SELECT component, version FROM celery_durable_schema"
+            )).all())  # fmt: skip
+            rows = dict(db.execute(sa.text(
+                "SELECT run_id, wake_after FROM celery_durable_runs"
+            )).all())  # fmt: skip
+        assert versions == {"journal": 4}
+        assert rows == {"fan": None, "fan:0.0": None, "fan:0.1": None, "fan:0.2": None}
+        for _ in range(8):
+            durable.advance(v3.NAP)
+        assert durable.result("fan") == [x * 10 for x in range(v3.INPUTS)]

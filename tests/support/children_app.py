@@ -12,6 +12,8 @@ Configured from the environment:
   the worker running it in the meantime);
 * ``E2E_QUEUE`` -- a prefix for the queue names (``<prefix>parents``, ``<prefix>kids``), unique
   per test, so that nothing of another test is consumed on a shared RabbitMQ vhost;
+* ``E2E_WORK`` -- seconds of work (a sleep) in each child's step and in each of the chord's
+  members alike, so that the two do the same work (0.01 unless given);
 * ``E2E_LEASE`` (``durable_run_lease``) and ``E2E_VISIBILITY`` (Redis' visibility timeout,
   small so that a killed worker's messages come back soon).
 
@@ -45,6 +47,7 @@ if os.environ.get("E2E_VISIBILITY") and BROKER.startswith("redis"):
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
     }
+WORK = float(os.environ.get("E2E_WORK", "0.01"))
 ROUTES = {"kids.fan_out": {"queue": PARENTS}, "kids.*": {"queue": KIDS}}
 app.conf.update(
     broker_transport_options=_transport,
@@ -113,7 +116,7 @@ def _square(x: int) -> int:
         gate = Path(os.environ["E2E_GATE"])
         while not gate.exists():  # the worker running this step is killed here
             time.sleep(0.05)
-    time.sleep(0.01)  # some work
+    time.sleep(WORK)  # some work
     note("end", x)
     return x * x
 
@@ -132,7 +135,8 @@ def fan_out(n: int, at_most: int) -> list[int]:
 
 @app.task(name="kids.plain_square")
 def plain_square(x: int) -> int:
-    """The chord's member (the peer the test compares with)."""
+    """The chord's member (the peer the test compares with): the same work as a child's step."""
+    time.sleep(WORK)
     return x * x
 
 

@@ -313,6 +313,58 @@ def test_map_children_keeps_at_most_n_in_flight_and_returns_results_in_order(
     assert sum(kinds.values()) <= 10 * 6 + 10
 
 
+def test_a_fan_outs_parent_is_woken_once_per_batch_of_ends_not_once_per_end(
+    durable: DurableHarness,
+) -> None:
+    """W11: children ending one at a time wake their parent once a quarter of those in flight
+    have ended (and once at the end), not at each end: 40 children, 20 at a time, ending a
+    second apart, take about ten deliveries of the parent instead of forty."""
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.batch.child")
+    def child(x: int) -> int:
+        durable_sleep(timedelta(seconds=x + 1))
+        return x
+
+    @durable.task(name="kids.batch.parent")
+    def parent(n: int) -> list[int]:
+        return list(durable.map_children(child, range(n), at_most=20))
+
+    parent.apply_async((40,), task_id="bp")
+    durable.run_until_idle()
+    for _ in range(80):
+        durable.advance(timedelta(seconds=1))
+    assert durable.result("bp") == list(range(40))
+    deliveries = events_of(durable, "bp").count("RunClaimed")
+    assert deliveries <= 15, f"the parent ran {deliveries} times for 40 children"
+    assert max(run_ids_started(durable).values()) == 1
+
+
+def test_a_child_that_fails_wakes_its_counting_parent_at_once(durable: DurableHarness) -> None:
+    """W11: however many ends the parent waits for, a child that did not finish wakes it at
+    once: it stops the fan-out while the others still run."""
+    from celery_durable import sleep as durable_sleep
+
+    @durable.task(name="kids.fails.child")
+    def child(x: int) -> int:
+        if x == 3:
+            raise ValueError("three is refused")
+        durable_sleep(timedelta(seconds=500))
+        return x
+
+    @durable.task(name="kids.fails.parent")
+    def parent(n: int) -> list[int]:
+        return list(durable.map_children(child, range(n), at_most=8))
+
+    parent.apply_async((20,), task_id="fp")
+    durable.run_until_idle()
+    durable.advance(timedelta(seconds=2))
+    outcome = durable.outcome("fp", timeout=0)
+    assert outcome is not None and type(outcome).__name__ == "Faulted", outcome
+    assert "three is refused" in str(outcome)
+    assert len(durable.children("fp")) == 8  # no child started after the failure
+
+
 def test_a_waiting_parents_deliveries_read_only_what_came_after_the_last_one(
     durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

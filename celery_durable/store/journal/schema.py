@@ -288,7 +288,7 @@ def _create_table_mysql(element: CreateTable, compiler: DDLCompiler, **kw: Any) 
 
 
 #: The schema version this code writes, per component (rows of ``celery_durable_schema``).
-SCHEMA_VERSIONS: dict[str, int] = {"journal": 3}
+SCHEMA_VERSIONS: dict[str, int] = {"journal": 4}
 
 Migration = Callable[[Connection], None]
 # (component, version it produces) → function that upgrades from version - 1, in the caller's
@@ -350,6 +350,19 @@ def _add_schedule_slot(conn: Connection) -> None:
     for start in range(0, len(ids), 1000):
         rows = [{"sid": sid, "s": slot_of(sid)} for sid in ids[start : start + 1000]]
         conn.execute(stmt, rows)
+
+
+@migration("journal", 4)
+def _add_run_wake_after(conn: Connection) -> None:
+    """Journal version 4 (2026-12-06): the run table's ``wake_after`` column, the countdown of
+    child ends that wakes a suspended parent (W11). Rows written before have none: their
+    parents are woken by the first child that ends, as before. Safe to run on a table that
+    has it already."""
+    table = runs
+    column = table.c.wake_after
+    if column.name not in {c["name"] for c in inspect(conn).get_columns(table.name)}:
+        spec = CreateColumn(column).compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {spec}"))
 
 
 def ensure_schema(conn: Connection) -> None:
@@ -436,7 +449,9 @@ def ddl_notes(url: str) -> list[str]:
 #: ``status`` is one of queued, running, suspended, finished, faulted, cancelled, parked, missed,
 #: failed_to_start;
 #: ``wake_at`` is when the dispatcher should send a suspended run again; ``message`` the JSON
-#: of the run's Celery message (args, kwargs, options) for that re-send.
+#: of the run's Celery message (args, kwargs, options) for that re-send; ``wake_after``, on a
+#: parent suspended while its children run (W11), how many more of their ends wake it (none:
+#: the first; journal schema version 4, 2026-12-06).
 runs = Table(
     "celery_durable_runs",
     metadata,
@@ -448,6 +463,7 @@ runs = Table(
     Column("wake_at", UtcDateTime, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
     Column("message", JsonText, nullable=False),
+    Column("wake_after", Integer, nullable=True),
     # RunStore.stale(): active runs by lease; RunStore.wakeups(): suspended runs by wake time.
     Index(None, "status", "lease_until"),
     Index(None, "status", "wake_at"),

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,7 +38,7 @@ from sqlalchemy.exc import (
     ProgrammingError,
     SQLAlchemyError,
 )
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ClauseElement, Select
 
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
@@ -186,7 +186,7 @@ class SqlJournal:
         self.metadata = schema.metadata
         self._init_lock = threading.Lock()
         self._local = threading.local()  # .open: a transaction() is open in this thread
-        self._prepared: dict[Any, Prepared] = {}  # insert statement -> its rendered form
+        self._prepared: dict[Any, Prepared] = {}  # statement (or its key) -> rendered form
         self._ready = False
         self._closed = False
         _track_for_fork(self)
@@ -407,24 +407,35 @@ class SqlJournal:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
         try:
-            if len(rows) == 1:  # a step's append: the statement as rendered once (.prepared)
-                prepared = self._prepared.get(statement)
-                if prepared is None:
-                    prepared = self._prepared[statement] = Prepared(statement, conn.dialect)
-                result = prepared.execute(conn, rows[0])
+            if len(rows) <= _PREPARED_ROWS:
+                # A step's result, a claim, an end: the statement as rendered once (.prepared),
+                # row by row (cheaper than an executemany's set-up for so few).
+                prepared = self.prepared(statement, lambda: statement, conn)
+                count = 0
+                for row in rows:
+                    count += prepared.execute(conn, row).rowcount
             else:
-                result = conn.execute(statement, rows)
+                count = conn.execute(statement, rows).rowcount
         except (IntegrityError, OperationalError) as exc:
             state.failed = True
             if not database.is_version_conflict(exc):
                 raise
             raise self._conflict(appends) from None
-        if result.rowcount != len(rows):
+        if count != len(rows):
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
             if statement is not PLAIN_INSERT:  # or the category's lock row was deleted
                 database.refused_insert(self._core, self.ordered_categories)
             raise self._conflict(appends)
+
+    def prepared(self, key: Any, build: Callable[[], ClauseElement], conn: Connection) -> Prepared:
+        """The statement ``build()`` makes, rendered once for this journal's database and kept
+        under ``key`` (:mod:`.prepared`): the hot paths of a durable run (its claim, its end, a
+        child waking its parent) skip SQLAlchemy's per-execution cache-key walk."""
+        found = self._prepared.get(key)
+        if found is None:
+            found = self._prepared[key] = Prepared(build(), conn.dialect)
+        return found
 
     def _append_bulk(
         self,
@@ -602,6 +613,9 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
 #: checked when it leaves the pool (one ``SELECT 1`` round trip on PostgreSQL, a few µs on
 #: SQLite's in-process file), so that one the server closed is replaced instead of failing.
 ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
+
+_PREPARED_ROWS = 3
+"""Appends of at most this many rows run the prepared statement row by row."""
 
 
 def database_for(url: URL, shown: str, *, sqlite_synchronous: str = "FULL") -> Database:

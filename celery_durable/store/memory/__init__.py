@@ -74,14 +74,38 @@ class MemoryUnitOfWork:
         runs = list(sent)
         self._writes.append(lambda: self._store.runs.add_sent(runs, now, lease))
 
-    def wake(self, run_id: str, *, now: datetime, lease: float) -> SentRun | None:
-        """Mark a suspended run's row as being sent again; its message, or ``None``. The
-        store's lock is held for the whole unit: the check and the write are one step."""
-        resend = self._store.runs.wake_check(run_id, self._woken, now, lease)
+    def wake(
+        self, run_id: str, *, now: datetime, lease: float, at_once: bool = False
+    ) -> SentRun | None:
+        """Mark a suspended run's row as being sent again (or count down its children's
+        ends); its message, or ``None``. The store's lock is held for the whole unit: the
+        check and the write are one step."""
+        runs = self._store.runs
+        if not at_once and runs.counting_down(run_id, self._woken, now, lease):
+            self._writes.append(lambda: runs.count_down(run_id))
+            return None
+        resend = runs.wake_check(run_id, self._woken, now, lease)
         if resend is not None:
             self._woken.add(run_id)
-            self._writes.append(lambda: self._store.runs.mark_woken(run_id, now, lease))
+            self._writes.append(lambda: runs.mark_woken(run_id, now, lease))
         return resend
+
+    def wait_for(
+        self, run_id: str, children: Sequence[str], *, wake_after: int, now: datetime, lease: float
+    ) -> SentRun | None:
+        """The suspended run waits for ``wake_after`` of ``children`` to end (W11): its row
+        is written by this unit's ``save_run`` when the unit is applied, so the countdown (or
+        the mark) is applied after it."""
+        runs = self._store.runs
+        ended = runs.ended_count(children)
+        left = len(children) - ended
+        if left <= 0 or ended >= wake_after:
+            self._woken.add(run_id)
+            self._writes.append(lambda: runs.mark_woken(run_id, now, lease))
+            return runs.message_of(run_id)
+        countdown = max(1, min(wake_after - ended, left))
+        self._writes.append(lambda: runs.set_countdown(run_id, countdown))
+        return None
 
     def save_index(
         self, states: Sequence[ScheduleState], *, now: datetime, live: LiveSchedules | None = None

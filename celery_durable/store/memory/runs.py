@@ -19,6 +19,7 @@ from celery_durable.message import Resend, message_json
 from celery_durable.store.runs import (
     ACTIVE,
     CANCELLED,
+    ENDED,
     FAULTED,
     FINISHED,
     MISSED,
@@ -63,6 +64,7 @@ class MemoryRunTable:
                 "owner": None,
                 "lease_until": None,
                 "wake_at": None,
+                "wake_after": None,
                 "message": dumps(message_json((), {})),
             }
         row.update(changed)
@@ -84,6 +86,7 @@ class MemoryRunTable:
             "owner": None,
             "lease_until": now + timedelta(seconds=lease),
             "wake_at": None,
+            "wake_after": None,
             "updated_at": now,
             "message": message,
         }
@@ -108,6 +111,39 @@ class MemoryRunTable:
         row = self._rows.get(run_id)
         if row is not None and row["status"] == SUSPENDED:
             row["lease_until"] = now + timedelta(seconds=lease)
+            row["wake_after"] = None
+
+    def counting_down(self, run_id: str, staged: set[str], now: datetime, lease: float) -> bool:
+        """Whether a child's end only counts down the row of ``run_id``: suspended, not
+        marked woken, ``wake_after`` above 1 (``store.runs.wake_row``)."""
+        row = self._rows.get(run_id)
+        if row is None or run_id in staged or (row.get("wake_after") or 0) <= 1:
+            return False
+        return self.wake_check(run_id, staged, now, lease) is not None
+
+    def count_down(self, run_id: str) -> None:
+        """One child's end counted (the write of ``counting_down``)."""
+        row = self._rows.get(run_id)
+        if row is not None and (row.get("wake_after") or 0) > 1:
+            row["wake_after"] -= 1
+
+    def set_countdown(self, run_id: str, countdown: int) -> None:
+        """The write of the unit of work's ``wait_for`` when it does not wake the run."""
+        row = self._rows.get(run_id)
+        if row is not None and row["status"] == SUSPENDED:
+            row["wake_after"] = countdown
+
+    def ended_count(self, run_ids: Iterable[str]) -> int:
+        """How many of ``run_ids`` have ended (``store.runs.ENDED``)."""
+        return sum(
+            1 for rid in run_ids if (row := self._rows.get(rid)) is not None
+            and row["status"] in ENDED
+        )  # fmt: skip
+
+    def message_of(self, run_id: str) -> Resend | None:
+        """The stored message of ``run_id``'s row."""
+        row = self._rows.get(run_id)
+        return None if row is None else _resend(row)
 
     # -- RunStore's methods --------------------------------------------------------------------
 
