@@ -225,5 +225,11 @@ def test_map_children_of_200_survives_kill_9_of_the_parents_and_a_childs_worker(
             assert child[0][1]["parent"] == rid
         # O(1) parent events per child.
         assert len(parent) <= 8 * N, Counter(t for t, _ in parent)
+        # A child's result is its journal's: the result backend holds none (the chord's
+        # members' results are there, the parent's too).
+        backend = world.app.backend
+        assert all(backend.get(backend.get_key_for_task(f"{rid}:0.{i}")) is None
+                   for i in range(N))  # fmt: skip
+        assert backend.get(backend.get_key_for_task(rid)) is not None
     finally:
         world.close()
