@@ -35,6 +35,8 @@ app.conf.update(
 )
 if os.environ.get("BENCH_POLL_S"):
     app.conf.durable_poll_interval = float(os.environ["BENCH_POLL_S"])
+if os.environ.get("BENCH_PARTITIONS"):
+    app.conf.durable_partitions = int(os.environ["BENCH_PARTITIONS"])
 
 durable = Durable(app)
 
