@@ -13,6 +13,7 @@ import sqlite3
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -49,6 +50,12 @@ def copy_of(fixture: Path, tmp_path: Path) -> Path:
     path = tmp_path / fixture.name
     shutil.copyfile(fixture, path)
     return path
+
+
+def pairs(durable: Any, query: str) -> dict[Any, Any]:
+    """A two-column query's rows as a dict, read through the durable's journal."""
+    with durable.journal.engine.connect() as conn:
+        return dict(conn.execute(sa.text(query)).all())  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -254,13 +261,8 @@ def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_
     durable = Durable(app, f"sqlite:///{beat_copy}", clock=clock)
     try:
         durable.journal.ensure_ready()
-        with durable.journal.engine.connect() as conn:
-            origins = dict(conn.execute(sa.text(
-                "SELECT schedule_id, origin FROM celery_durable_schedule_index"
-            )).all())  # fmt: skip
-            versions = dict(conn.execute(sa.text(
-                "SELECT component, version FROM celery_durable_schema"
-            )).all())  # fmt: skip
+        origins = pairs(durable, "SELECT schedule_id, origin FROM celery_durable_schedule_index")
+        versions = pairs(durable, "SELECT component, version FROM celery_durable_schema")
         assert versions == {"journal": 4}
         assert origins == ORIGINS
         entries = {k: v for k, v in BEAT_ENTRIES.items() if k != "gone"}
@@ -323,13 +325,8 @@ def test_a_v3_journals_waiting_parent_gains_a_countdown_column_and_its_fan_out_f
         durable.start()
         v3.register(durable)
         durable.journal.ensure_ready()
-        with durable.journal.engine.connect() as db:
-            versions = dict(db.execute(sa.text(
-                "SELECT component, version FROM celery_durable_schema"
-            )).all())  # fmt: skip
-            rows = dict(db.execute(sa.text(
-                "SELECT run_id, wake_after FROM celery_durable_runs"
-            )).all())  # fmt: skip
+        versions = pairs(durable, "SELECT component, version FROM celery_durable_schema")
+        rows = pairs(durable, "SELECT run_id, wake_after FROM celery_durable_runs")
         assert versions == {"journal": 4}
         assert rows == {"fan": None, "fan:0.0": None, "fan:0.1": None, "fan:0.2": None}
         for _ in range(8):
