@@ -147,8 +147,9 @@ class Publisher:
         message = run_message(sid, pending, durable=durable, now=now, secrets=self.secrets)
         if task is not None and not durable and self._fast_now:
             with tracing.sending(sid, pending, now, message.headers) as headers:
-                traced = dataclasses.replace(message, headers=headers)
-                self.fast.send(task, pending.run_id, traced, producer)  # D12
+                if headers is not message.headers:  # traced: the copy with the context
+                    message = dataclasses.replace(message, headers=headers)
+                self.fast.send(task, pending.run_id, message, producer)  # D12
             return None
         # B4: a beat_schedule task known only to the workers goes by name, as stock beat's.
         send = task.apply_async if task is not None else partial(self.app.send_task, pending.task)
