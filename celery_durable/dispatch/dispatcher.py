@@ -55,6 +55,9 @@ log = logging.getLogger("celery_durable.dispatcher")
 CHUNK = 1000
 """Schedules decided, sent and recorded per round: bounds transaction size and latency."""
 
+BURST_GC_THRESHOLD = 50_000
+"""The collector's first threshold while a burst is dispatched (Python's default is 700)."""
+
 MIN_SLEEP = 0.02
 """The shortest sleep between ticks (seconds)."""
 
@@ -167,11 +170,15 @@ class Dispatcher:
         self._missed = 0
         recording: Recording | None = None
         burst = len(due) > CHUNK
+        thresholds = gc.get_threshold()
         if burst:
             # Every object alive now outlives the burst; hidden from the collector meanwhile,
             # it is not scanned again by each full collection the burst's allocations trigger
             # (about 5 % of a 10,000-run burst). Given back afterwards: nothing is kept alive.
             gc.freeze()
+            # Most of what a burst allocates is freed by reference counting or kept (the
+            # states): fewer young collections scan it (another 3-4 % of its CPU).
+            gc.set_threshold(max(thresholds[0], BURST_GC_THRESHOLD), *thresholds[1:])
         try:
             for start in range(0, len(due), CHUNK):
                 # A fresh time per chunk: a long burst does not decide its last chunk late.
@@ -200,6 +207,7 @@ class Dispatcher:
                     self._finish(recording)
             finally:
                 if burst:
+                    gc.set_threshold(*thresholds)
                     gc.unfreeze()
         if self._missed:
             log.warning(
