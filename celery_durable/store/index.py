@@ -13,7 +13,6 @@ position — never the whole history.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -22,7 +21,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from celery_durable.core.codec import dumps
+from celery_durable.core.codec import dumps, loads_written
 from celery_durable.core.journal import Journal, StoredEvent
 from celery_durable.core.partitions import PROJECTION, partition_of, progress_name, slot_of
 from celery_durable.core.rules import LiveSchedules
@@ -283,7 +282,7 @@ def schedule_events_after(journal: Journal, position: int) -> list[StoredEvent]:
 def read_entry(schedule_id: str, text: str) -> ScheduleState:
     """Parse one index row; ``UnreadableEntry`` names the schedule when it cannot."""
     try:
-        return ScheduleState.from_json(json.loads(text))
+        return ScheduleState.from_json(loads_written(text))
     except (ValueError, KeyError, TypeError, JournalError) as exc:
         raise UnreadableEntry(
             f"index entry of schedule {schedule_id!r} is unreadable: {exc}", schedule_id=schedule_id
