@@ -551,7 +551,15 @@ def _require_live(state: ScheduleState, verb: str) -> None:
 
 
 def _pending(state: ScheduleState, due: datetime) -> PendingRun | None:
-    return next((p for p in state.pending if p.due == due), None)
+    for p in state.pending:  # a loop, not a generator: asked twice for every run
+        if p.due == due:
+            return p
+    return None
+
+
+def _without(pending: tuple[PendingRun, ...], due: datetime) -> tuple[PendingRun, ...]:
+    """The decided runs but the one of ``due``."""
+    return tuple([p for p in pending if p.due != due])
 
 
 def _decided(
@@ -629,6 +637,8 @@ def _decide_due(
     live: LiveSchedules | None,
     blackouts: tuple[Blackout, ...] = (),
 ) -> list[ScheduleEvent]:
+    if not state.pending:  # the usual case: nothing decided is waiting
+        return _decide_new(state, now, live, blackouts)
     missed = _missed_deadlines(state, now)
     if missed:
         state = fold_all(state, missed)
@@ -698,15 +708,17 @@ def _decide_new(
         events.append(
             RunsMissed(at=now, through=selection.dropped_through, count=selection.dropped)
         )
-    waiting = {p.due for p in state.pending}  # a trigger may have taken this instant already
-    runs = tuple(due for due in selection.run if due not in waiting)
+    runs = selection.run
+    if state.pending:  # a trigger may have taken one of these instants already
+        waiting = {p.due for p in state.pending}
+        runs = tuple([due for due in runs if due not in waiting])
     runs = runs if budget is None else runs[:budget]
     busy = state.busy
-    buffered = any(p.held for p in state.pending)
+    buffered = bool(state.pending) and any(p.held for p in state.pending)
     deadline = content.timing.start_deadline
     windows = _windows(content, blackouts)
     defer = content.on_blackout is OnBlackout.DEFER
-    waiting_ends = deferred_to(state.pending, windows)
+    waiting_ends = deferred_to(state.pending, windows) if state.pending else set()
     for due in runs:
         blocked = blocking(due, windows) if windows else None
         deferred: tuple[str, datetime] | None = None
@@ -828,7 +840,7 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
         running = state.running
         if started is not None and started.track_end:
             running = (*running, event.due)
-        return dict(pending=tuple(p for p in state.pending if p.due != event.due), running=running)
+        return dict(pending=_without(state.pending, event.due), running=running)
     if isinstance(event, ScheduleCreated):
         start = event.at if event.since is None else event.since
         return dict(
@@ -858,19 +870,19 @@ def _changes(state: ScheduleState, event: ScheduleEvent) -> dict[str, Any]:
     if isinstance(event, RunFailedToStart):
         # A worker may record a sent run that could not start (P5): it ends no tracked run.
         return dict(
-            pending=tuple(p for p in state.pending if p.due != event.due),
+            pending=_without(state.pending, event.due),
             running=tuple(t for t in state.running if t != event.due),
         )
     if isinstance(event, RunMissed):
         return dict(
-            pending=tuple(p for p in state.pending if p.due != event.due),
+            pending=_without(state.pending, event.due),
             running=tuple(t for t in state.running if t != event.due),
         )
     if isinstance(event, RunEndReported):
         return dict(running=tuple(t for t in state.running if t != event.due))
     if isinstance(event, RunSkipped):
         # A decided run skipped at its send moment (P4) leaves the runs waiting to be sent.
-        left = tuple(p for p in state.pending if p.due != event.due)
+        left = _without(state.pending, event.due)
         return dict(cursor=_later(state.cursor, event.due), pending=left)
     if isinstance(event, RunDeferred):
         return dict(
