@@ -81,6 +81,7 @@ class FastPath:
         self.app = app
         self._templates: dict[tuple[Any, ...], Template] = {}
         self._declared: set[int] = set()
+        self._on_task_call: Any = None
 
     def usable(self) -> bool:
         """Whether the app's configuration allows the fast path at all (checked per round)."""
@@ -98,6 +99,7 @@ class FastPath:
     def start_round(self) -> None:
         """Declare each template's queue again once in the next round (a new connection)."""
         self._declared.clear()
+        self._on_task_call = self.app.backend.on_task_call
 
     def send(self, task: Any, run_id: str, message: Message, producer: Any) -> None:
         """Publish one plain run's message; the first of its shape through ``apply_async``."""
@@ -134,8 +136,8 @@ class FastPath:
             self._declared.add(id(template))
             declare = template.declare
         with producer.connection._reraise_as_library_errors():
-            if not template.ignore_result:
-                self.app.backend.on_task_call(producer, run_id)
+            if not template.ignore_result:  # the backend as of the round's start
+                (self._on_task_call or self.app.backend.on_task_call)(producer, run_id)
             producer.publish(
                 (args, kwargs, template.embed),
                 headers=headers,
