@@ -152,7 +152,7 @@ class ScheduleIndex:
         if held is not None and count > 1:
             query = query.where((schedule_index.c.slot % count).in_(sorted(held)))
         with self.journal.engine.connect() as conn:
-            return {r[0]: r[1] for r in conn.execute(query)}
+            return {r[0]: r[1] for r in conn.execute(query).all()}  # fetched at once
 
     def waiting_at(self, now: datetime, limit: int) -> list[str]:
         """The IDs of up to ``limit`` schedules whose ``next_due`` is at or before ``now``,
@@ -193,15 +193,15 @@ class ScheduleIndex:
         query = select(schedule_index.c.schedule_id, schedule_index.c.state)
         found: dict[str, ScheduleState] = {}
         with self.journal.engine.connect() as conn:
+            rows: list[Any] = []  # fetched at once, not row by row
             if schedule_ids is None:
-                rows = conn.execute(query).all()
+                rows.extend(conn.execute(query).all())
             else:
-                rows = []
                 ids = list(schedule_ids)
                 for start in range(0, len(ids), 1000):
                     chunk = ids[start : start + 1000]
                     where = self.journal.database.one_of(schedule_index.c.schedule_id, chunk)
-                    rows.extend(conn.execute(query.where(where)))
+                    rows.extend(conn.execute(query.where(where)).all())
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
         return found
