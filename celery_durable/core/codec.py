@@ -92,7 +92,7 @@ def plain_json_text(value: Any) -> str | None:
         return None
 
 
-def loads_written(text: str) -> Any:
+def loads_written(text: str | bytes) -> Any:
     """What ``json.loads(text)`` gives, for text :func:`dumps` wrote (an index row's state).
 
     orjson reads it several times faster, but it reads an int beyond 64 bits as a float and
@@ -104,7 +104,7 @@ def loads_written(text: str) -> Any:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
-    if orjson.dumps(value) != text.encode():
+    if orjson.dumps(value) != (text if isinstance(text, bytes) else text.encode()):
         return json.loads(text)
     return value
 
