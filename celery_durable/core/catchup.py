@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from celery_durable.core.policies import CatchUp
 from celery_durable.core.rules import LiveSchedules, Rule
@@ -113,7 +114,29 @@ def select(
     ``window`` (``LATEST`` and ``ALL`` only): due times older than ``now - window`` are
     dropped before the policy chooses among the rest; one exactly ``window`` old is kept.
     ``live`` evaluates :class:`~.rules.BeatEntry` rules (B3).
+
+    The answer depends on nothing else (the live objects aside): it is remembered, so that a
+    burst of schedules of one rule, on one grid, decided at one moment computes it once. The
+    anchor is part of the key only for rules that read it (``Every``).
     """
+    if live is not None and rule.asks_live:
+        return _select(rule, after, now, anchor, policy, window, live)
+    key_anchor = anchor if rule.uses_anchor else None
+    try:
+        return _remembered(rule, after, now, key_anchor, policy, window, None)
+    except TypeError:  # an unhashable argument: nothing to remember it by
+        return _select(rule, after, now, anchor, policy, window, None)
+
+
+def _select(
+    rule: Rule,
+    after: datetime,
+    now: datetime,
+    anchor: datetime | None,
+    policy: CatchUp,
+    window: timedelta | None,
+    live: LiveSchedules | None,
+) -> Selection:
     if policy is CatchUp.NONE:
         # Due times before the boundary are missed; one exactly ON_TIME late is still on time.
         return _within(rule, after, now, anchor, now - ON_TIME, ALL_LIMIT, live)
@@ -121,6 +144,9 @@ def select(
     if window is None:
         return recent_due_times(rule, after, now, anchor, keep, live)
     return _within(rule, after, now, anchor, now - window, keep, live)
+
+
+_remembered = lru_cache(maxsize=1024)(_select)
 
 
 def _within(

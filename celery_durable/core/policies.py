@@ -46,6 +46,16 @@ class Overlap(str, Enum):
         return _parse(cls, value, "overlap")
 
 
+def member(cls: type[E], value: Any) -> E:
+    """``cls(value)``, the member with this value, by one dictionary lookup when there is one
+    (stored states name thousands of them); anything else raises as ``cls(value)`` does."""
+    try:
+        found = cls._value2member_map_.get(value)
+    except TypeError:  # an unhashable value: Enum's own lookup names it
+        found = None
+    return cls(value) if found is None else found  # type: ignore[return-value]
+
+
 def _parse(cls: type[E], value: object, what: str) -> E:
     if isinstance(value, cls):
         return value
@@ -119,13 +129,16 @@ class Timing:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Timing:
         """Read :meth:`to_json`'s form from a mapping that may hold other keys too."""
-        return cls(
-            **{
-                name: timedelta(seconds=data[name])
-                for name in POLICY_FIELDS
-                if data.get(name) is not None
-            }
-        )
+        spans = {
+            name: timedelta(seconds=data[name])
+            for name in POLICY_FIELDS
+            if data.get(name) is not None
+        }
+        return cls(**spans) if spans else _UNTIMED
+
+
+_UNTIMED = Timing()
+"""The timing of most schedules (no policy on), shared: it is immutable."""
 
 
 def _span(value: object, name: str) -> timedelta | None:

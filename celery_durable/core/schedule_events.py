@@ -21,7 +21,7 @@ from celery_durable.core.blackouts import (
 )
 from celery_durable.core.codec import time_from_json, time_to_json
 from celery_durable.core.journal import NewEvent, StoredEvent
-from celery_durable.core.policies import CatchUp, Overlap, Timing
+from celery_durable.core.policies import CatchUp, Overlap, Timing, member
 from celery_durable.core.rules import Rule, rule_from_json
 from celery_durable.errors import JournalError
 
@@ -78,16 +78,17 @@ class Content:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Content:
+        blackouts = data.get("blackouts")
         return cls(
             task=data["task"],
             input=data["input"],
             rule=rule_from_json(data["rule"]),
-            catch_up=CatchUp(data["catch_up"]),
-            overlap=Overlap(data.get("overlap", Overlap.ALLOW.value)),
+            catch_up=member(CatchUp, data["catch_up"]),
+            overlap=member(Overlap, data.get("overlap", Overlap.ALLOW.value)),
             options=dict(data.get("options") or {}),
             timing=Timing.from_json(data),
-            blackouts=windows_from_json(data.get("blackouts") or []),
-            on_blackout=OnBlackout(data.get("on_blackout", OnBlackout.SKIP.value)),
+            blackouts=windows_from_json(blackouts) if blackouts else (),
+            on_blackout=member(OnBlackout, data.get("on_blackout", OnBlackout.SKIP.value)),
         )
 
 

@@ -81,6 +81,7 @@ class FastPath:
         self.app = app
         self._templates: dict[tuple[Any, ...], Template] = {}
         self._declared: set[int] = set()
+        self._on_task_call: Any = None
 
     def usable(self) -> bool:
         """Whether the app's configuration allows the fast path at all (checked per round)."""
@@ -98,15 +99,17 @@ class FastPath:
     def start_round(self) -> None:
         """Declare each template's queue again once in the next round (a new connection)."""
         self._declared.clear()
+        self._on_task_call = self.app.backend.on_task_call
 
     def send(self, task: Any, run_id: str, message: Message, producer: Any) -> None:
         """Publish one plain run's message; the first of its shape through ``apply_async``."""
         if not fits(task, message.options):
             send_full(task, run_id, message, producer)
             return
+        options = message.options
         key = (
             task.name,
-            tuple(sorted((k, repr(v)) for k, v in message.options.items())),
+            tuple(sorted((k, repr(v)) for k, v in options.items())) if options else (),
             frozenset(message.headers),
             threading.get_ident(),
         )
@@ -125,16 +128,16 @@ class FastPath:
         size, kwsize, levels = template.repr_size
         headers = dict(template.headers)
         headers["id"] = headers["root_id"] = run_id
-        headers["argsrepr"] = saferepr(args, size, maxlevels=levels)
-        headers["kwargsrepr"] = saferepr(kwargs, kwsize, maxlevels=levels)
+        headers["argsrepr"] = shown(args, size, levels)
+        headers["kwargsrepr"] = shown(kwargs, kwsize, levels)
         headers.update(message.headers)
         declare = None
         if id(template) not in self._declared:
             self._declared.add(id(template))
             declare = template.declare
         with producer.connection._reraise_as_library_errors():
-            if not template.ignore_result:
-                self.app.backend.on_task_call(producer, run_id)
+            if not template.ignore_result:  # the backend as of the round's start
+                (self._on_task_call or self.app.backend.on_task_call)(producer, run_id)
             producer.publish(
                 (args, kwargs, template.embed),
                 headers=headers,
@@ -176,6 +179,27 @@ class FastPath:
             ignore_result=bool(message.options.get("ignore_result", task.ignore_result)),
             repr_size=(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels),
         )
+
+
+_REPR_AS_IS = frozenset((int, float, bool, type(None)))
+"""Exact types whose ``saferepr`` token is their ``repr`` (numbers by ``str``, ``None`` by
+``repr``: the same text); strings are not among them (``saferepr`` quotes them its own way)."""
+
+
+def shown(value: Any, size: int | None, levels: int) -> str:
+    """``saferepr(value, size, maxlevels=levels)`` (Celery's ``argsrepr``/``kwargsrepr``)
+    without its token stream in the common cases: a flat list or tuple of numbers, booleans
+    and ``None`` (a schedule's ``[input]``), or an empty dict, whose ``repr`` fits in
+    ``size``, reads as its ``repr``, which is what ``saferepr`` writes for it. Anything else
+    goes to ``saferepr``."""
+    kind = type(value)
+    if ((kind is list or kind is tuple) and all(type(item) in _REPR_AS_IS for item in value)) or (
+        kind is dict and not value
+    ):
+        text = repr(value)
+        if size is None or len(text) < size:
+            return text
+    return saferepr(value, size, maxlevels=levels)
 
 
 def _others(receivers: Any) -> bool:

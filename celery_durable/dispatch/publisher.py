@@ -61,6 +61,9 @@ class Publisher:
         self._broker_down_since: datetime | None = None
         self.fast = FastPath(app)
         self._fast_now = False
+        self._traced = True
+        """Whether this round's sends are traced: asked once per round (a burst's rounds)."""
+        self._tasks: Mapping[str, Any] = {}
 
     def send(
         self, runs: Sequence[tuple[str, PendingRun]], now: datetime, *, batch_size: int
@@ -78,6 +81,8 @@ class Publisher:
             with self.app.producer_or_acquire() as producer:
                 connect_once(producer)
                 self._fast_now = self.fast.usable()
+                self._traced = tracing.tracer() is not None
+                self._tasks = self.app.tasks
                 self.fast.start_round()
                 batch = getattr(producer, "batch", None)
                 context = batch(max_size=batch_size) if batch is not None else nullcontext()
@@ -140,12 +145,15 @@ class Publisher:
     ) -> Resend | None:
         """Send one run's message at ``now``; a durable run's message comes back to be
         recorded."""
-        task = self.app.tasks.get(pending.task)
+        task = self._tasks.get(pending.task)
         if task is None and not task_sendable(self.app, pending.task, pending.options):
             raise TaskMissing(f"task {pending.task!r} is not registered", task=pending.task)
         durable = bool(getattr(task, "__durable__", False))
         message = run_message(sid, pending, durable=durable, now=now, secrets=self.secrets)
         if task is not None and not durable and self._fast_now:
+            if not self._traced:
+                self.fast.send(task, pending.run_id, message, producer)  # D12
+                return None
             with tracing.sending(sid, pending, now, message.headers) as headers:
                 traced = dataclasses.replace(message, headers=headers)
                 self.fast.send(task, pending.run_id, traced, producer)  # D12

@@ -26,9 +26,18 @@ from celery.utils.dispatch import Signal
 
 from celery_durable.core.codec import time_to_json
 from celery_durable.core.ids import run_id
+from celery_durable.core.schedule_events import (
+    RunDecided,
+    RunDeferred,
+    RunFailedToStart,
+    RunMissed,
+    RunSent,
+    RunSkipped,
+    RunsMissed,
+)
 
 if TYPE_CHECKING:
-    from celery_durable.core.schedule_events import RunDecided, ScheduleEvent
+    from celery_durable.core.schedule_events import ScheduleEvent
 
 log = logging.getLogger("celery_durable.dispatcher")
 
@@ -61,16 +70,6 @@ def announce(
     With ``late_after`` (seconds), a run the rule made due and decided later than that is
     also logged as late and signalled (O4).
     """
-    from celery_durable.core.schedule_events import (
-        RunDecided,
-        RunDeferred,
-        RunFailedToStart,
-        RunMissed,
-        RunSent,
-        RunSkipped,
-        RunsMissed,
-    )
-
     if isinstance(event, RunDecided):
         lag = (event.at - event.due).total_seconds()
         if late_after is not None and lag > late_after and event.reason == "rule":

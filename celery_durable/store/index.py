@@ -13,7 +13,6 @@ position — never the whole history.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -22,7 +21,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from celery_durable.core.codec import dumps
+from celery_durable.core.codec import dumps, loads_written
 from celery_durable.core.journal import Journal, StoredEvent
 from celery_durable.core.partitions import PROJECTION, partition_of, progress_name, slot_of
 from celery_durable.core.rules import LiveSchedules
@@ -153,7 +152,7 @@ class ScheduleIndex:
         if held is not None and count > 1:
             query = query.where((schedule_index.c.slot % count).in_(sorted(held)))
         with self.journal.engine.connect() as conn:
-            return {r[0]: r[1] for r in conn.execute(query)}
+            return {r[0]: r[1] for r in conn.execute(query).all()}  # fetched at once
 
     def waiting_at(self, now: datetime, limit: int) -> list[str]:
         """The IDs of up to ``limit`` schedules whose ``next_due`` is at or before ``now``,
@@ -194,15 +193,15 @@ class ScheduleIndex:
         query = select(schedule_index.c.schedule_id, schedule_index.c.state)
         found: dict[str, ScheduleState] = {}
         with self.journal.engine.connect() as conn:
+            rows: list[Any] = []  # fetched at once, not row by row
             if schedule_ids is None:
-                rows = conn.execute(query).all()
+                rows.extend(conn.execute(query).all())
             else:
-                rows = []
                 ids = list(schedule_ids)
                 for start in range(0, len(ids), 1000):
                     chunk = ids[start : start + 1000]
                     where = self.journal.database.one_of(schedule_index.c.schedule_id, chunk)
-                    rows.extend(conn.execute(query.where(where)))
+                    rows.extend(conn.execute(query.where(where)).all())
         for sid, text in rows:
             found[sid] = read_entry(sid, text)
         return found
@@ -283,7 +282,7 @@ def schedule_events_after(journal: Journal, position: int) -> list[StoredEvent]:
 def read_entry(schedule_id: str, text: str) -> ScheduleState:
     """Parse one index row; ``UnreadableEntry`` names the schedule when it cannot."""
     try:
-        return ScheduleState.from_json(json.loads(text))
+        return ScheduleState.from_json(loads_written(text))
     except (ValueError, KeyError, TypeError, JournalError) as exc:
         raise UnreadableEntry(
             f"index entry of schedule {schedule_id!r} is unreadable: {exc}", schedule_id=schedule_id

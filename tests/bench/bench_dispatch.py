@@ -81,6 +81,7 @@ from dispatch_bench.common import (  # noqa: E402
     RESULTS,
     Recorder,
     _children,
+    byte_compile,
     library_fingerprint,
     start_private_redis,
     stop_process,
@@ -156,6 +157,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also run the in-process burst under cProfile (results/profile_*.txt)",
     )
+    ap.add_argument(
+        "--no-byte-compile",
+        action="store_true",
+        help="do not byte-compile celery_durable/ first (as pip does on install): with "
+        "PYTHONDONTWRITEBYTECODE set and no __pycache__, each launch then compiles it",
+    )
     a = ap.parse_args(argv)
     a.reps = a.reps or (1 if a.quick else 3)
     a.peer_reps = a.peer_reps or (1 if a.quick else 3)
@@ -207,9 +214,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     rec = Recorder(RESULTS / f"dispatch_{stamp}.jsonl")
     print(f"raw rows: {rec.path}", flush=True)
+    compiled = {"byte_compiled": False} if a.no_byte_compile else byte_compile()
     rec.add(
         {
             "bench": "meta",
+            **compiled,
+            "dont_write_bytecode": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
             "library": library_fingerprint(),
             "argv": sys.argv,
             "nproc": os.cpu_count(),

@@ -377,3 +377,75 @@ def test_oslo_dst_nights() -> None:
     s2 = created(content(), at=datetime(2027, 3, 27, 12, tzinfo=UTC))
     # 2027-03-28 02:00 does not exist: due at 03:00 CEST = 01:00 UTC.
     assert s2.tick(datetime(2027, 3, 28, 3, tzinfo=UTC)) == [datetime(2027, 3, 28, 1, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"version": 7},
+        {"version": 2, "pending": (), "running": (T0,)},
+        {"paused": True, "deleted": True, "cursor": None, "anchor": T0},
+        {"content": content(Every(timedelta(minutes=5))), "runs_since_change": 0},
+        {"last_decided": T0, "runs_decided": 3, "created_digest": "x", "created_at": T0},
+    ],
+)
+def test_fold_builds_the_state_dataclasses_replace_would(changes: dict[str, object]) -> None:
+    """Folding builds each new state without ``dataclasses.replace`` (it is on the hot path);
+    the state is the same, field for field, and still frozen."""
+    import dataclasses
+
+    from celery_durable.core.schedule_aggregate import _evolved
+
+    state = created().state
+    built = _evolved(state, dict(changes))
+    assert built == dataclasses.replace(state, **changes)  # type: ignore[arg-type]
+    assert [getattr(built, f.name) for f in dataclasses.fields(built)] == [
+        changes.get(f.name, getattr(state, f.name)) for f in dataclasses.fields(built)
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.version = 0  # type: ignore[misc]
+
+
+def test_a_selection_is_remembered_for_its_rule_grid_and_moment() -> None:
+    """A burst decides thousands of schedules of one rule at one moment: the catch-up
+    selection is computed once for them. The anchor counts only where the rule reads it."""
+    from celery_durable import Cron
+    from celery_durable.core.catchup import select
+
+    now = T0 + timedelta(hours=3, seconds=1)
+    every = select(Every(timedelta(hours=1)), after=T0, now=now, anchor=T0, policy=CatchUp.ALL)
+    again = select(Every(timedelta(hours=1)), after=T0, now=now, anchor=T0, policy=CatchUp.ALL)
+    assert again is every and len(every.run) == 3
+    shifted = T0 + timedelta(minutes=30)
+    other = select(Every(timedelta(hours=1)), after=T0, now=now, anchor=shifted, policy=CatchUp.ALL)
+    assert other.run == tuple(shifted + timedelta(hours=k) for k in (1, 2)) != every.run
+    cron = [
+        select(Cron("0 * * * *"), after=T0, now=now, anchor=a, policy=CatchUp.ALL)
+        for a in (T0, shifted)
+    ]
+    assert cron[0] is cron[1] and cron[0].run == every.run
+
+
+def test_a_beat_entry_selection_asks_its_live_object_each_time() -> None:
+    """B3: a BeatEntry's due times come from the live object, which may answer otherwise
+    from one moment to the next: its selection is never remembered."""
+    from celery_durable.core.catchup import select
+    from celery_durable.core.rules import BeatEntry
+
+    answers = [T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+
+    class Live:
+        def next_due(self, entry: str, after: datetime) -> datetime | None:
+            return answers[0] if after < answers[0] else None
+
+        def as_of(self, now: datetime) -> Live:
+            return self
+
+    now = T0 + timedelta(minutes=5)
+    rule = BeatEntry("e")
+    first = select(rule, after=T0, now=now, anchor=T0, policy=CatchUp.ALL, live=Live())
+    answers.pop(0)
+    second = select(rule, after=T0, now=now, anchor=T0, policy=CatchUp.ALL, live=Live())
+    assert first.run == (T0 + timedelta(minutes=1),)
+    assert second.run == (T0 + timedelta(minutes=2),)

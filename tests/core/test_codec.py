@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_durable.core.codec import dumps, is_plain_json
+from celery_durable.core.codec import dumps, is_plain_json, loads_written
 from celery_durable.store.journal.encoding import decode_data, encode_data
 
 plain = st.recursive(
@@ -89,6 +89,27 @@ def test_stored_big_ints_and_long_digit_strings_decode_exactly() -> None:
     decoded = decode_data(text, 1)
     assert decoded == {"n": 2**70, "m": -(2**64), "s": "12345678901234567890123", "f": 1.5}
     assert type(decoded["n"]) is int and type(decoded["m"]) is int
+
+
+@given(plain)
+def test_written_text_reads_back_as_the_standard_library_does(value: object) -> None:
+    """An index row's state (written by ``dumps``, read by orjson where that is exact) reads
+    as ``json.loads`` reads it, type for type: big ints, floats, text orjson refuses."""
+    try:
+        text = dumps(value)
+    except ValueError:
+        return
+    decoded = loads_written(text)
+    assert decoded == json.loads(text)
+    assert _types(decoded) == _types(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text", ['{"n":1180591620717411303424}', "[-36893488147419103232,1.0]", '{"a": 1, "a": 2}']
+)
+def test_written_text_with_ints_beyond_64_bits_reads_exactly(text: str) -> None:
+    assert loads_written(text) == json.loads(text)
+    assert _types(loads_written(text)) == _types(json.loads(text))
 
 
 def _types(value: object) -> object:

@@ -8,6 +8,7 @@ burst's writer thread, a failed round, a stream behind its index) runs on every 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -516,7 +517,9 @@ def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
     dispatcher = any_durable.dispatcher()
     dispatcher.tick()
     clock.advance(seconds=61)
+    collector = gc.get_threshold(), gc.get_freeze_count()
     dispatcher.tick()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == collector, "the collector restored"
     ids = broker.ids()
     assert len(ids) == len(set(ids)) == 130
     assert dispatcher._writer is not None, "the rounds' starts were not stored in the background"
@@ -561,8 +564,10 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
 
     monkeypatch.setattr(unit_class, "append", failing_once)
     clock.advance(seconds=61)
+    collector = gc.get_threshold(), gc.get_freeze_count()
     with pytest.raises(ConnectionError):
         dispatcher.tick()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == collector, "the collector restored"
     first = broker.ids()
     runs = _runs_by_type(any_durable)
     assert len(runs["RunDecided"]) == len(set(runs["RunDecided"]))

@@ -21,12 +21,15 @@ from urllib.parse import urlsplit
 
 import pytest
 from celery import Celery, Task
+from celery.utils.saferepr import saferepr
+from hypothesis import given
+from hypothesis import strategies as st
 from kombu import Exchange, Queue
 
 from celery_durable.core.codec import encode_celery_value
 from celery_durable.core.ids import run_id
 from celery_durable.core.schedule_aggregate import PendingRun
-from celery_durable.dispatch.fast_publish import FastPath, send_full
+from celery_durable.dispatch.fast_publish import FastPath, send_full, shown
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.message import BEAT_ENTRY, run_message
 from tests.support.tcpproxy import TcpProxy
@@ -309,3 +312,19 @@ def test_fast_path_broker_cut_leaves_runs_for_the_retry(
         client.close()
     assert sorted(ids) == sorted(f"s@{i}" for i in range(8)), "each run on the broker once"
     app.close()
+
+
+_SHOWN_VALUES = st.one_of(
+    st.lists(st.one_of(st.integers(), st.floats(), st.booleans(), st.none()), max_size=6),
+    st.lists(st.integers(), max_size=4).map(tuple),
+    st.lists(st.one_of(st.text(max_size=5), st.lists(st.integers(), max_size=2)), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.integers(min_value=-(2**80), max_value=2**80).map(lambda i: [i]),
+)
+
+
+@given(_SHOWN_VALUES, st.one_of(st.none(), st.integers(0, 40)), st.integers(0, 3))
+def test_argsrepr_without_the_token_stream_is_saferepr(value: Any, size: Any, levels: int) -> None:
+    """D12: the fast path's ``argsrepr``/``kwargsrepr`` are Celery's ``saferepr``, also where
+    it truncates (a small ``argsrepr_maxsize``) and for what it quotes its own way."""
+    assert shown(value, size, levels) == saferepr(value, size, maxlevels=levels)

@@ -166,6 +166,10 @@ class _Rule:
 
     __slots__ = ()
     tag: ClassVar[str]
+    uses_anchor: ClassVar[bool] = False
+    """Whether ``next_after`` reads the anchor (only :class:`Every` does)."""
+    asks_live: ClassVar[bool] = False
+    """Whether ``next_after`` asks the live objects (only :class:`BeatEntry` does)."""
     end_at: datetime | None
     max_runs: int | None
 

@@ -22,6 +22,7 @@ class BeatEntry(_Rule):
     """
 
     tag: ClassVar[str] = "beat-entry"
+    asks_live: ClassVar[bool] = True
     entry: str
     schedule: str
     end_at: datetime | None

@@ -29,6 +29,7 @@ class Every(_Rule):
     """
 
     tag: ClassVar[str] = "every"
+    uses_anchor: ClassVar[bool] = True
     interval: timedelta
     end_at: datetime | None
     max_runs: int | None
