@@ -129,6 +129,17 @@ class Store(Protocol):
         ...
 
 
+def countdown_left(children: int, ended: int, wake_after: int) -> int | None:
+    """A parent suspending until ``wake_after`` of its ``children`` end, ``ended`` of them
+    ended already (W11): the countdown its row keeps, or ``None`` when it must wake now (that
+    many ended, or none is left running). Never more than the children still running, so
+    that the last of them always wakes it. The rule of :meth:`UnitOfWork.wait_for`."""
+    left = children - ended
+    if left <= 0 or ended >= wake_after:
+        return None
+    return max(1, min(wake_after - ended, left))
+
+
 def check_run_values(values: Mapping[str, Any]) -> None:
     """Refuse a run-row change naming a column :meth:`UnitOfWork.save_run` does not write."""
     unknown = sorted(set(values) - RUN_ROW_FIELDS)
@@ -143,4 +154,5 @@ __all__ = [
     "Store",
     "UnitOfWork",
     "check_run_values",
+    "countdown_left",
 ]

@@ -25,7 +25,12 @@ from sqlalchemy import and_, bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
-from celery_durable.core.unit_of_work import WAKE_AGAIN_AFTER, SentRun, check_run_values
+from celery_durable.core.unit_of_work import (
+    WAKE_AGAIN_AFTER,
+    SentRun,
+    check_run_values,
+    countdown_left,
+)
 from celery_durable.message import Resend, message_json
 from celery_durable.store.journal.database import Database
 from celery_durable.store.journal.errors import translating
@@ -358,10 +363,7 @@ def save_run_row(
     task = changed.pop("task", None)
     if task is not None:
         changed["task"] = task
-    columns = tuple(sorted(changed))
-    prepared = journal.prepared(("save_run", columns), lambda: _update_by_id(columns), conn)
-    result = prepared.execute(conn, {**changed, "run_id_": run_id})
-    if result.rowcount == 0:
+    if _write_row(conn, journal, run_id, changed) == 0:
         # The dispatcher may be inserting this row at the same moment (it records a sent run
         # after the send, and a fast worker can get there first): insert-or-update.
         row = {
@@ -426,22 +428,17 @@ def wake_row(
     if row is None or row.status != SUSPENDED or row.marked:
         return None  # not waiting, or another wake-up is in flight
     if not at_once and (row.wake_after or 0) > 1:
-        count_down = journal.prepared(
-            ("save_run", ("wake_after",)), lambda: _update_by_id(("wake_after",)), conn
-        )
-        count_down.execute(conn, {"wake_after": row.wake_after - 1, "run_id_": run_id})
+        _write_row(conn, journal, run_id, {"wake_after": row.wake_after - 1})
         return None
-    columns = ("lease_until", "wake_after")
-    mark = journal.prepared(("save_run", columns), lambda: _update_by_id(columns), conn)
-    mark.execute(
-        conn,
-        {"lease_until": now + timedelta(seconds=lease), "wake_after": None, "run_id_": run_id},
+    _write_row(
+        conn, journal, run_id, {"lease_until": now + timedelta(seconds=lease), "wake_after": None}
     )
     return Resend.from_json(run_id, row.task, json.loads(row.message or "{}"))
 
 
 def wait_for_rows(
     conn: Connection,
+    journal: SqlJournal,
     run_id: str,
     children: Sequence[str],
     *,
@@ -452,7 +449,7 @@ def wait_for_rows(
     """The unit of work's ``wait_for``: the suspended row of ``run_id`` (locked by the
     ``UPDATE`` of its suspension, earlier in the caller's transaction) waits for
     ``wake_after`` of ``children`` to end; marked woken at once when that many ended
-    already or none is left running (its message returned)."""
+    already or none is left running (its message returned; :func:`countdown_left`)."""
     table = runs_table
     ended = 0
     for start in range(0, len(children), 500):
@@ -464,20 +461,22 @@ def wait_for_rows(
                 table.c.status.in_(ENDED),
             )
         ).scalar_one()
-    left = len(children) - ended
-    if left <= 0 or ended >= wake_after:
-        conn.execute(
-            update(table)
-            .where(table.c.run_id == run_id, table.c.status == SUSPENDED)
-            .values(lease_until=now + timedelta(seconds=lease), wake_after=None)
-        )
-        return _message_row(conn, run_id)
-    conn.execute(
-        update(table)
-        .where(table.c.run_id == run_id, table.c.status == SUSPENDED)
-        .values(wake_after=max(1, min(wake_after - ended, left)))
-    )
-    return None
+    countdown = countdown_left(len(children), ended, wake_after)
+    values: dict[str, Any] = {"wake_after": countdown}
+    if countdown is None:
+        values["lease_until"] = now + timedelta(seconds=lease)
+    _write_row(conn, journal, run_id, values)
+    return _message_row(conn, run_id) if countdown is None else None
+
+
+def _write_row(
+    conn: Connection, journal: SqlJournal, run_id: str, values: Mapping[str, Any]
+) -> int:
+    """``UPDATE`` these columns of one run's row, as a statement rendered once per set of
+    columns (:meth:`SqlJournal.prepared`); how many rows it changed."""
+    columns = tuple(sorted(values))
+    prepared = journal.prepared(("save_run", columns), lambda: _update_by_id(columns), conn)
+    return int(prepared.execute(conn, {**values, "run_id_": run_id}).rowcount)
 
 
 def _message_row(conn: Connection, run_id: str) -> Resend | None:

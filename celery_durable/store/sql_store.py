@@ -70,7 +70,13 @@ class SqlUnitOfWork:
     ) -> SentRun | None:
         """The suspended run waits for ``wake_after`` of ``children`` to end (W11)."""
         return wait_for_rows(
-            self._conn, run_id, list(children), wake_after=wake_after, now=now, lease=lease
+            self._conn,
+            self._journal,
+            run_id,
+            list(children),
+            wake_after=wake_after,
+            now=now,
+            lease=lease,
         )
 
     def save_index(

@@ -22,7 +22,7 @@ from celery_durable.core.journal import Append
 from celery_durable.core.partitions import PartitionsError
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import ScheduleState
-from celery_durable.core.unit_of_work import SentRun, check_run_values
+from celery_durable.core.unit_of_work import SentRun, check_run_values, countdown_left
 from celery_durable.errors import AppendConflict, JournalError
 from celery_durable.store.journal.encoding import _rows
 from celery_durable.store.journal.memory import MemoryJournal
@@ -81,14 +81,17 @@ class MemoryUnitOfWork:
         ends); its message, or ``None``. The store's lock is held for the whole unit: the
         check and the write are one step."""
         runs = self._store.runs
-        if not at_once and runs.counting_down(run_id, self._woken, now, lease):
+        if run_id in self._woken:
+            return None  # this unit marked it already
+        row = runs.waiting_row(run_id, now, lease)
+        if row is None:
+            return None
+        if not at_once and (row["wake_after"] or 0) > 1:
             self._writes.append(lambda: runs.count_down(run_id))
             return None
-        resend = runs.wake_check(run_id, self._woken, now, lease)
-        if resend is not None:
-            self._woken.add(run_id)
-            self._writes.append(lambda: runs.mark_woken(run_id, now, lease))
-        return resend
+        self._woken.add(run_id)
+        self._writes.append(lambda: runs.mark_woken(run_id, now, lease))
+        return runs.message_of(run_id)
 
     def wait_for(
         self, run_id: str, children: Sequence[str], *, wake_after: int, now: datetime, lease: float
@@ -97,13 +100,11 @@ class MemoryUnitOfWork:
         is written by this unit's ``save_run`` when the unit is applied, so the countdown (or
         the mark) is applied after it."""
         runs = self._store.runs
-        ended = runs.ended_count(children)
-        left = len(children) - ended
-        if left <= 0 or ended >= wake_after:
+        countdown = countdown_left(len(children), runs.ended_count(children), wake_after)
+        if countdown is None:
             self._woken.add(run_id)
             self._writes.append(lambda: runs.mark_woken(run_id, now, lease))
             return runs.message_of(run_id)
-        countdown = max(1, min(wake_after - ended, left))
         self._writes.append(lambda: runs.set_countdown(run_id, countdown))
         return None
 

@@ -92,19 +92,17 @@ class MemoryRunTable:
         }
         return True
 
-    def wake_check(
-        self, run_id: str, staged: set[str], now: datetime, lease: float
-    ) -> Resend | None:
-        """The message of ``run_id`` when its row is suspended and not marked woken in the
-        last ``WAKE_AGAIN_AFTER`` seconds (nor by the unit asking, ``staged``): the check of
-        the unit of work's ``wake``."""
+    def waiting_row(self, run_id: str, now: datetime, lease: float) -> Row | None:
+        """The row of ``run_id`` when it is suspended and not marked woken in the last
+        ``WAKE_AGAIN_AFTER`` seconds: what the unit of work's ``wake`` may mark or count
+        down (``store.runs.wake_row``)."""
         row = self._rows.get(run_id)
-        if row is None or run_id in staged or row["status"] != SUSPENDED:
+        if row is None or row["status"] != SUSPENDED:
             return None
         mark = row["lease_until"]
         if mark is not None and mark > now + timedelta(seconds=lease - WAKE_AGAIN_AFTER):
             return None
-        return _resend(row)
+        return row
 
     def mark_woken(self, run_id: str, now: datetime, lease: float) -> None:
         """The write of the unit of work's ``wake`` (see ``store.runs.wake_row``)."""
@@ -112,14 +110,6 @@ class MemoryRunTable:
         if row is not None and row["status"] == SUSPENDED:
             row["lease_until"] = now + timedelta(seconds=lease)
             row["wake_after"] = None
-
-    def counting_down(self, run_id: str, staged: set[str], now: datetime, lease: float) -> bool:
-        """Whether a child's end only counts down the row of ``run_id``: suspended, not
-        marked woken, ``wake_after`` above 1 (``store.runs.wake_row``)."""
-        row = self._rows.get(run_id)
-        if row is None or run_id in staged or (row.get("wake_after") or 0) <= 1:
-            return False
-        return self.wake_check(run_id, staged, now, lease) is not None
 
     def count_down(self, run_id: str) -> None:
         """One child's end counted (the write of ``counting_down``)."""
