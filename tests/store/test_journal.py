@@ -232,6 +232,18 @@ def test_expected_version_beyond_the_end_is_refused(any_journal: Journal) -> Non
     assert any_journal.append("schedule/s", 2, [ev()]) == 3  # the right version still works
 
 
+def test_many_events_beyond_the_end_are_refused(any_journal: Journal) -> None:
+    """An append of more events than run as prepared statements one by one (an executemany)
+    is refused past the end too: on SQLite the previous version is looked up before the
+    insert (``Database.probes_apart``), in the same transaction."""
+    any_journal.append("run/s", 0, [ev(), ev()])
+    with pytest.raises(AppendConflict) as info:
+        any_journal.append("run/s", 3, [ev() for _ in range(5)])
+    assert info.value.actual_version == 2
+    assert versions(any_journal.read_stream("run/s")) == [1, 2]
+    assert any_journal.append("run/s", 2, [ev() for _ in range(5)]) == 7
+
+
 def test_append_many_stores_all_streams_in_one_transaction(any_journal: Journal) -> None:
     any_journal.append("schedule/a", 0, [ev()])
     any_journal.append_many(

@@ -86,6 +86,29 @@ def insert_statement(lock: Subquery | None = None) -> Insert:
 
 PLAIN_INSERT = insert_statement()
 
+VALUES_INSERT = (
+    insert(_events)
+    .values(
+        stream=bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+        version=bindparam("version", type_=Integer),
+        category=bindparam("category", type_=String(MAX_CATEGORY_LENGTH)),
+        type=bindparam("type", type_=String(MAX_TYPE_LENGTH)),
+        data=bindparam("data", type_=Text),
+        recorded_at=bindparam("recorded_at", type_=schema.UtcDateTime),
+    )
+    .execution_options(preserve_rowcount=True)
+)
+"""The event's row alone, for a database that checks the previous version apart
+(:attr:`Database.probes_apart`); a concurrent writer of the same version is still stopped by
+the unique constraint."""
+
+PREVIOUS_PROBE = select(_events.c.version).where(
+    _events.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
+    _events.c.version == bindparam("prev", type_=Integer),
+)
+"""Whether a stream's previous version exists (the check :data:`PLAIN_INSERT` makes in its
+``WHERE`` clause), one lookup in the unique ``(stream, version)`` index."""
+
 
 class Database:
     """The journal's behaviour on one kind of database server (the base: what they share)."""
@@ -95,6 +118,13 @@ class Database:
     #: Whether an append of one event runs as one statement in autocommit mode (its own
     #: transaction, no ``BEGIN`` and ``COMMIT`` round trips): :meth:`autocommit`.
     autocommits_one_row = False
+    #: Whether an append checks that each stream's previous version exists with a
+    #: :data:`PREVIOUS_PROBE` of its own before a plain :data:`VALUES_INSERT`, in the same
+    #: transaction, instead of :data:`PLAIN_INSERT`'s ``WHERE`` clause (SQLite: an ``INSERT …
+    #: SELECT`` that reads its own table goes through a temporary table, :mod:`.sqlite`).
+    #: Only for a database that lets one writer in at a time (:attr:`serialises_writers`): the
+    #: probed row cannot go away before the insert.
+    probes_apart = False
 
     def __init__(self, url: URL, shown: str) -> None:
         self.url = url

@@ -43,7 +43,12 @@ from sqlalchemy.sql import ClauseElement, Select
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
-from celery_durable.store.journal.database import PLAIN_INSERT, Database
+from celery_durable.store.journal.database import (
+    PLAIN_INSERT,
+    PREVIOUS_PROBE,
+    VALUES_INSERT,
+    Database,
+)
 from celery_durable.store.journal.encoding import (
     _check_int,
     _rows,
@@ -406,6 +411,11 @@ class SqlJournal:
             else:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
+        if statement is PLAIN_INSERT and database.probes_apart:
+            if not self._previous_versions_exist(conn, rows):
+                state.failed = True
+                raise self._conflict(appends)
+            statement = VALUES_INSERT
         try:
             if len(rows) <= _PREPARED_ROWS:
                 # A step's result, a claim, an end: the statement as rendered once (.prepared),
@@ -424,9 +434,24 @@ class SqlJournal:
         if count != len(rows):
             # A row was refused by the WHERE clause: its previous version does not exist.
             state.failed = True
-            if statement is not PLAIN_INSERT:  # or the category's lock row was deleted
+            if statement is not PLAIN_INSERT and statement is not VALUES_INSERT:
+                # or the category's lock row was deleted
                 database.refused_insert(self._core, self.ordered_categories)
             raise self._conflict(appends)
+
+    def _previous_versions_exist(self, conn: Connection, rows: list[dict[str, Any]]) -> bool:
+        """Whether the version before each append's first row is stored
+        (:attr:`.Database.probes_apart`): one :data:`.PREVIOUS_PROBE` per such row, in the
+        append's transaction. A row that follows another of the same batch needs none: that
+        one is inserted first, or the batch fails."""
+        probe = self.prepared(PREVIOUS_PROBE, lambda: PREVIOUS_PROBE, conn)
+        before: set[tuple[str, int]] = set()
+        for row in rows:
+            stream, prev = row["stream"], row["prev"]
+            if prev and (stream, prev) not in before and not probe.found(conn, row):
+                return False
+            before.add((stream, row["version"]))
+        return True
 
     def prepared(self, key: Any, build: Callable[[], ClauseElement], conn: Connection) -> Prepared:
         """The statement ``build()`` makes, rendered once for this journal's database and kept

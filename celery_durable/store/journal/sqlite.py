@@ -41,6 +41,12 @@ class SqliteDatabase(Database):
     """SQLite through the standard library's ``sqlite3``."""
 
     serialises_writers = True
+    # PLAIN_INSERT's INSERT … SELECT reads the events table it writes, so SQLite runs the SELECT
+    # into a temporary table first and inserts from there; a separate lookup of the previous
+    # version and a plain INSERT … VALUES cost ~25 µs less per append with synchronous=FULL
+    # (measured 2026-12-06, docs/durable-tasks.md). BEGIN IMMEDIATE holds the write lock
+    # from before the lookup to the commit.
+    probes_apart = True
 
     def __init__(self, url: URL, shown: str, *, synchronous: str = "FULL") -> None:
         super().__init__(url, shown)
