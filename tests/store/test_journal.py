@@ -14,6 +14,7 @@ import math
 import multiprocessing
 import os
 import socket
+import sqlite3
 import subprocess
 import textwrap
 import threading
@@ -536,6 +537,31 @@ def test_sqlite_file_and_directories_are_created_on_first_use(tmp_path: Path) ->
     with normal.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
     normal.close()
+
+
+def test_a_new_sqlite_journal_has_small_pages_and_an_older_file_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    """A new file gets 2 KiB pages (a step's commit syncs fewer bytes, sqlite.PAGE_SIZE); a
+    file created before, with SQLite's 4 KiB pages, is opened and written as it is."""
+    new = SqlJournal(f"sqlite:///{tmp_path / 'new.db'}")
+    new.append("run/a", 0, [NewEvent(type="One")])
+    with new.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 2048
+        assert conn.exec_driver_sql("PRAGMA auto_vacuum").scalar() == 2  # INCREMENTAL
+    new.close()
+    older = tmp_path / "older.db"
+    with sqlite3.connect(older) as raw:
+        raw.execute("PRAGMA page_size = 4096")
+        raw.execute("CREATE TABLE before_the_journal (x INTEGER)")
+    j = SqlJournal(f"sqlite:///{older}")
+    assert j.append("run/a", 0, [NewEvent(type="One"), NewEvent(type="Two")]) == 2
+    with pytest.raises(AppendConflict):
+        j.append("run/a", 3, [NewEvent(type="Gap")])
+    with j.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 4096
+    assert [e.type for e in j.read_stream("run/a")] == ["One", "Two"]
+    j.close()
 
 
 def test_relative_sqlite_path_is_resolved_when_the_journal_is_built(

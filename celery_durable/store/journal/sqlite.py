@@ -35,6 +35,12 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 WRITE_OPTION = "celery_durable_write"
 VACUUM_PAGES = 2000
 """Pages :meth:`SqliteDatabase.return_space` hands back per transaction."""
+PAGE_SIZE = 2048
+"""Page size of a new journal file (bytes). A durable step's commit writes about four pages to
+the WAL (the events table, its two indexes, ``sqlite_sequence``), each synced with
+``synchronous = FULL``: with 2 KiB pages instead of SQLite's 4 KiB the commit writes half the
+bytes and costs ~10 µs less (measured 2026-12-06, docs/durable-tasks.md). An existing file
+keeps its page size."""
 
 
 class SqliteDatabase(Database):
@@ -57,6 +63,7 @@ class SqliteDatabase(Database):
                 f"not {synchronous!r}"
             )
         self.synchronous = mode
+        self.page_size = PAGE_SIZE
 
     def connect_args(self) -> dict[str, Any]:
         return {"timeout": SQLITE_BUSY_TIMEOUT_S}
@@ -126,9 +133,10 @@ class SqliteDatabase(Database):
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             # A new, empty file only (on a used one it changes nothing and would wait for the
-            # write lock): retention then gives freed pages back to the file system (O1,
-            # docs/retention.md); an older file keeps reusing them.
+            # write lock): smaller pages (PAGE_SIZE), and retention then gives freed pages back
+            # to the file system (O1, docs/retention.md); an older file keeps reusing them.
             if cursor.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cursor.execute(f"PRAGMA page_size = {int(self.page_size)}")
                 cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = _set_wal(cursor)
             if str(mode).lower() != "wal":
