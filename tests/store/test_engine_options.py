@@ -69,7 +69,12 @@ def test_durable_engine_options_reach_the_engine(sqlite_url: str) -> None:
     try:
         pool = durable.journal.engine.pool
         assert pool._recycle == 77 and pool.echo is True
-        assert pool._pre_ping is True
+        assert pool._pre_ping is False  # SQLite: no server to close a pooled connection
+    finally:
+        durable.close()
+    durable = _durable(sqlite_url, durable_engine_options={"pool_pre_ping": True})
+    try:
+        assert durable.journal.engine.pool._pre_ping is True  # the caller's choice wins
     finally:
         durable.close()
 

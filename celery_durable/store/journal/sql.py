@@ -634,9 +634,10 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
     return query.order_by(_events.c.position).limit(limit)
 
 
-#: Engine options for every database (``engine_options`` overrides them): a connection is
-#: checked when it leaves the pool (one ``SELECT 1`` round trip on PostgreSQL, a few µs on
-#: SQLite's in-process file), so that one the server closed is replaced instead of failing.
+#: Engine options for every database (the database's own, :meth:`.Database.engine_options`,
+#: then ``engine_options`` override them): a connection is checked when it leaves the pool
+#: (one ``SELECT 1`` round trip on PostgreSQL), so that one the server closed is replaced
+#: instead of failing. SQLite, without a server, turns it off.
 ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
 _PREPARED_ROWS = 3
