@@ -8,7 +8,9 @@ Three decisions shape the journal; docs/journal.md gives the measurements behind
   The unique ``(stream, version)`` constraint catches a writer that got there first; the
   ``WHERE`` refuses an event whose previous version does not exist, so an expected version
   beyond the end of the stream cannot leave a gap. Both checks run inside the statement that
-  stores the event, so the normal path costs no extra round trip.
+  stores the event, so the normal path costs no extra round trip. On SQLite, where such an
+  ``INSERT … SELECT`` goes through a temporary table, the previous version is looked up apart,
+  under the write lock of the same transaction (``Database.probes_apart``).
 * **SQLite writers queue instead of deadlocking** (``BEGIN IMMEDIATE``, :mod:`.sqlite`).
 * **Commit order equals position order for ordered categories** on PostgreSQL and MySQL: a
   per-category lock taken before a position is drawn (:mod:`.postgres`, :mod:`.mysql`).
