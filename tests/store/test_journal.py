@@ -1168,3 +1168,30 @@ def test_version_2_adds_the_index_origin_column_on_every_database(journal_url: s
         )
         assert dict(rows.all()) == {"nightly": "beat_schedule", "api": None}
     upgraded.close()
+
+
+@pytest.mark.parametrize(
+    "instant",
+    [
+        datetime(2026, 12, 6, 10, 0, 0, 123456, tzinfo=timezone.utc),
+        datetime(2026, 12, 6, 10, 0, 0, tzinfo=timezone.utc),  # no microseconds: still 6 digits
+        datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),  # a year of one digit
+        datetime(2026, 12, 6, 12, 0, 0, 7, tzinfo=timezone(timedelta(hours=2))),  # not UTC
+    ],
+)
+def test_sqlite_instants_are_stored_as_sqlalchemy_writes_them(instant: datetime) -> None:
+    """The fast path of ``UtcDateTime`` on SQLite writes the same text as SQLAlchemy's own
+    processor (text that sorts in time order, read back by the result processor)."""
+    from sqlalchemy.dialects import sqlite
+
+    dialect = sqlite.dialect()
+    fast = schema.UtcDateTime().dialect_impl(dialect).bind_processor(dialect)
+    slow = sa.DateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert fast is not None and slow is not None
+    expected = slow(instant.astimezone(timezone.utc).replace(tzinfo=None))
+    assert fast(instant) == expected
+    assert len(expected) == 26
+    read = schema.UtcDateTime().dialect_impl(dialect).result_processor(dialect, None)
+    assert read is not None and read(expected) == instant
+    with pytest.raises(ValueError, match="naive"):
+        fast(instant.replace(tzinfo=None))

@@ -109,6 +109,22 @@ class UtcDateTime(TypeDecorator[datetime]):
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
 
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        slow = super().bind_processor(dialect)
+        if dialect.name != "sqlite" or slow is None:
+            return slow
+        utc = timezone.utc
+
+        def process(value: Any) -> Any:
+            # An instant in UTC (every append's recorded_at) as the text SQLAlchemy writes
+            # (``YYYY-MM-DD HH:MM:SS.ffffff``) in one C call instead of its %-formatting of
+            # seven fields: ~3 µs of a durable step (2026-12-06).
+            if type(value) is datetime and value.tzinfo is utc:
+                return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+            return slow(value)
+
+        return process
+
     def result_processor(self, dialect: Dialect, coltype: Any) -> Callable[[Any], Any] | None:
         slow = super().result_processor(dialect, coltype)
         if dialect.name != "sqlite" or slow is None:
