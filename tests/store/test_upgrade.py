@@ -21,6 +21,7 @@ from celery import Celery
 
 from celery_durable import CatchUp, Durable, Every, Faulted, Finished
 from celery_durable.importers.beat_schedule import import_beat_schedule
+from celery_durable.store.journal.schema import SCHEMA_VERSIONS
 from tests.data.make_journal_v1 import BASE, FIXTURE, Clock, build
 from tests.data.make_journal_v1_beat import BASE as BEAT_BASE
 from tests.data.make_journal_v1_beat import ENTRIES as BEAT_ENTRIES
@@ -263,7 +264,7 @@ def test_a_v1_journal_gains_the_origin_of_each_schedule_and_beat_reads_only_its_
         durable.journal.ensure_ready()
         origins = pairs(durable, "SELECT schedule_id, origin FROM celery_durable_schedule_index")
         versions = pairs(durable, "SELECT component, version FROM celery_durable_schema")
-        assert versions == {"journal": 4}
+        assert versions == dict(SCHEMA_VERSIONS)
         assert origins == ORIGINS
         entries = {k: v for k, v in BEAT_ENTRIES.items() if k != "gone"}
         report = import_beat_schedule(durable, entries)
@@ -327,8 +328,56 @@ def test_a_v3_journals_waiting_parent_gains_a_countdown_column_and_its_fan_out_f
         durable.journal.ensure_ready()
         versions = pairs(durable, "SELECT component, version FROM celery_durable_schema")
         rows = pairs(durable, "SELECT run_id, wake_after FROM celery_durable_runs")
-        assert versions == {"journal": 4}
+        assert versions == dict(SCHEMA_VERSIONS)
         assert rows == {"fan": None, "fan:0.0": None, "fan:0.1": None, "fan:0.2": None}
         for _ in range(8):
             durable.advance(v3.NAP)
         assert durable.result("fan") == [x * 10 for x in range(v3.INPUTS)]
+
+
+def test_a_v4_journal_gains_the_gap_trigger_and_its_run_finishes(tmp_path: Path) -> None:
+    """Journal version 5 (A8, 2026-12-06): on SQLite the events table's trigger refuses a row
+    past the end of its stream, so a step's result is one plain INSERT in autocommit mode. The
+    v4 journal has no trigger; opened by the current code it gains it, its run replays its two
+    stored steps (not run again) and finishes, and appends past the end or at a stale version
+    are refused as before."""
+    from celery_durable.core.journal import NewEvent
+    from celery_durable.errors import AppendConflict
+    from celery_durable.store.journal.schema import SQLITE_GAP_TRIGGER
+    from celery_durable.testing import DurableHarness, TestClock
+    from tests.data import make_journal_v4_steps as v4
+
+    conn = sqlite3.connect(f"file:{v4.FIXTURE}?mode=ro", uri=True)
+    try:
+        (version,) = conn.execute("SELECT version FROM celery_durable_schema").fetchone()
+        triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    finally:
+        conn.close()
+    assert version == 4 and triggers == []
+    path = copy_of(v4.FIXTURE, tmp_path)
+    app = Celery("upgrade-steps", broker="memory://", set_as_current=False)
+    app.conf.update(task_ignore_result=True)
+    clock = TestClock(v4.BASE + timedelta(seconds=1))
+    calls: list[str] = []
+    with DurableHarness(app, f"sqlite:///{path}", clock=clock) as durable:
+        durable.start()
+        v4.register(durable, calls)
+        durable.journal.ensure_ready()
+        assert pairs(durable, "SELECT component, version FROM celery_durable_schema") == {
+            "journal": 5
+        }
+        found = pairs(durable, "SELECT name, type FROM sqlite_master WHERE type = 'trigger'")
+        assert found == {SQLITE_GAP_TRIGGER: "trigger"}
+        durable.advance(v4.NAP)
+        durable.advance(v4.NAP)
+        assert durable.result("steps") == (4 + 1) * 10 + 3
+        assert calls == ["third"]  # the stored steps were replayed, not run again
+        journal = durable.journal
+        stored = journal.read_stream("run/steps")
+        assert [e.version for e in stored] == list(range(1, len(stored) + 1))
+        head = stored[-1].version
+        for expected in (head + 1, head - 1):  # past the end, stale
+            with pytest.raises(AppendConflict) as info:
+                journal.append("run/steps", expected, [NewEvent(type="Late")])
+            assert info.value.actual_version == head
+        assert len(journal.read_stream("run/steps")) == head

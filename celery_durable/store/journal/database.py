@@ -98,16 +98,9 @@ VALUES_INSERT = (
     )
     .execution_options(preserve_rowcount=True)
 )
-"""The event's row alone, for a database that checks the previous version apart
-(:attr:`Database.probes_apart`); a concurrent writer of the same version is still stopped by
+"""The event's row alone, for a database whose events table refuses a gap itself
+(:attr:`Database.refuses_gaps`); a concurrent writer of the same version is still stopped by
 the unique constraint."""
-
-PREVIOUS_PROBE = select(_events.c.version).where(
-    _events.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
-    _events.c.version == bindparam("prev", type_=Integer),
-)
-"""Whether a stream's previous version exists (the check :data:`PLAIN_INSERT` makes in its
-``WHERE`` clause), one lookup in the unique ``(stream, version)`` index."""
 
 
 class Database:
@@ -118,13 +111,11 @@ class Database:
     #: Whether an append of one event runs as one statement in autocommit mode (its own
     #: transaction, no ``BEGIN`` and ``COMMIT`` round trips): :meth:`autocommit`.
     autocommits_one_row = False
-    #: Whether an append checks that each stream's previous version exists with a
-    #: :data:`PREVIOUS_PROBE` of its own before a plain :data:`VALUES_INSERT`, in the same
-    #: transaction, instead of :data:`PLAIN_INSERT`'s ``WHERE`` clause (SQLite: an ``INSERT …
-    #: SELECT`` that reads its own table goes through a temporary table, :mod:`.sqlite`).
-    #: Only for a database that lets one writer in at a time (:attr:`serialises_writers`): the
-    #: probed row cannot go away before the insert.
-    probes_apart = False
+    #: Whether the events table itself refuses a row whose previous version is missing
+    #: (SQLite: a trigger, :data:`.schema.SQLITE_GAP_TRIGGER`): appends then store events with
+    #: a plain :data:`VALUES_INSERT` instead of :data:`PLAIN_INSERT`'s ``WHERE`` clause, and
+    #: :meth:`is_version_conflict` knows the table's refusal.
+    refuses_gaps = False
 
     def __init__(self, url: URL, shown: str) -> None:
         self.url = url

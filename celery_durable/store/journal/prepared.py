@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import Connection, CursorResult, Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -56,36 +55,6 @@ class Prepared:
     def execute(self, conn: Connection, row: dict[str, Any]) -> CursorResult[Any]:
         """Run the statement with ``row``'s values (its bind parameters by name)."""
         return conn.exec_driver_sql(self.sql, self.parameters(row), execution_options=_OPTIONS)
-
-    def found(self, conn: Connection, row: dict[str, Any]) -> bool:
-        """Whether the query returns a row for ``row``'s values, asked on the driver's own
-        connection (inside ``conn``'s transaction).
-
-        For a lookup on a write's hot path (:attr:`.Database.probes_apart`): a cursor of the
-        driver costs a few µs where ``exec_driver_sql`` and its result cost ~15 µs (measured
-        2026-12-06). SQLAlchemy's events and echo do not see it, as they do not see SQLite's
-        ``BEGIN IMMEDIATE``; the driver's errors still leave as SQLAlchemy's, and a dead
-        connection is invalidated.
-        """
-        parameters = self.parameters(row)
-        fairy = conn.connection
-        dbapi = conn.dialect.loaded_dbapi
-        cursor = None
-        try:
-            cursor = fairy.dbapi_connection.cursor()  # type: ignore[union-attr]
-            cursor.execute(self.sql, parameters)
-            return cursor.fetchone() is not None
-        except dbapi.Error as exc:
-            lost = conn.dialect.is_disconnect(exc, fairy.dbapi_connection, cursor)
-            if lost:
-                conn.invalidate(exc)
-            raise DBAPIError.instance(
-                self.sql, parameters, exc, dbapi.Error, connection_invalidated=lost,
-                dialect=conn.dialect,
-            ) from exc  # fmt: skip
-        finally:
-            if cursor is not None:
-                cursor.close()
 
     def parameters(self, row: dict[str, Any]) -> Any:
         """The driver's parameters for ``row``'s values."""

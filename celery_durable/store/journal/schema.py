@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     Column,
     DateTime,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     bindparam,
+    event,
     insert,
     inspect,
     or_,
@@ -50,6 +52,9 @@ from celery_durable.store.journal.urls import normalize_url
 __all__ = [
     "MYSQL_DIALECTS",
     "SCHEMA_VERSIONS",
+    "SQLITE_GAP_DDL",
+    "SQLITE_GAP_MESSAGE",
+    "SQLITE_GAP_TRIGGER",
     "UtcDateTime",
     "category_locks",
     "ddl",
@@ -188,6 +193,22 @@ events = Table(
     **_MYSQL_TABLE,
 )
 
+#: SQLite only (journal schema version 5, 2026-12-06): the events table itself refuses a row
+#: whose stream lacks the previous version, so that an expected version beyond the end of a
+#: stream cannot leave a gap (A8). A step's append is then one plain ``INSERT … VALUES``, its
+#: own transaction in autocommit mode, instead of an ``INSERT … SELECT … WHERE EXISTS`` that
+#: reads the table it writes (which SQLite runs through a temporary table) inside ``BEGIN
+#: IMMEDIATE`` … ``COMMIT`` (docs/journal.md). The other databases keep that statement.
+SQLITE_GAP_TRIGGER = "celery_durable_events_no_gap"
+SQLITE_GAP_MESSAGE = "celery_durable: the previous version of the stream is missing"
+SQLITE_GAP_DDL = (
+    f"CREATE TRIGGER IF NOT EXISTS {SQLITE_GAP_TRIGGER} BEFORE INSERT ON celery_durable_events "
+    "WHEN NEW.version > 1 AND NOT EXISTS (SELECT 1 FROM celery_durable_events "
+    "WHERE stream = NEW.stream AND version = NEW.version - 1) "
+    f"BEGIN SELECT RAISE(ABORT, '{SQLITE_GAP_MESSAGE}'); END"
+)
+event.listen(events, "after_create", DDL(SQLITE_GAP_DDL).execute_if(dialect="sqlite"))
+
 schema_versions = Table(
     "celery_durable_schema",
     metadata,
@@ -304,7 +325,7 @@ def _create_table_mysql(element: CreateTable, compiler: DDLCompiler, **kw: Any) 
 
 
 #: The schema version this code writes, per component (rows of ``celery_durable_schema``).
-SCHEMA_VERSIONS: dict[str, int] = {"journal": 4}
+SCHEMA_VERSIONS: dict[str, int] = {"journal": 5}
 
 Migration = Callable[[Connection], None]
 # (component, version it produces) → function that upgrades from version - 1, in the caller's
@@ -381,6 +402,16 @@ def _add_run_wake_after(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {spec}"))
 
 
+@migration("journal", 5)
+def _add_sqlite_gap_trigger(conn: Connection) -> None:
+    """Journal version 5 (2026-12-06): on SQLite the events table's trigger that refuses a row
+    whose previous version is missing (:data:`SQLITE_GAP_TRIGGER`); nothing on the other
+    databases. The rows stored before were checked by the statement that stored them. Safe
+    to run on a table that has it already."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql(SQLITE_GAP_DDL)
+
+
 def ensure_schema(conn: Connection) -> None:
     """Create missing tables, then check and upgrade the stored schema versions.
 
@@ -443,6 +474,8 @@ def ddl(url: str) -> str:
         statements.append(str(CreateTable(table).compile(dialect=dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             statements.append(str(CreateIndex(index).compile(dialect=dialect)).strip())
+    if dialect.name == "sqlite":
+        statements.append(SQLITE_GAP_DDL)
     for component, version in SCHEMA_VERSIONS.items():
         row: dict[str, Any] = {"component": component, "version": version}
         stmt = insert(schema_versions).values(**row)

@@ -9,8 +9,9 @@ Three decisions shape the journal; docs/journal.md gives the measurements behind
   ``WHERE`` refuses an event whose previous version does not exist, so an expected version
   beyond the end of the stream cannot leave a gap. Both checks run inside the statement that
   stores the event, so the normal path costs no extra round trip. On SQLite, where such an
-  ``INSERT … SELECT`` goes through a temporary table, the previous version is looked up apart,
-  under the write lock of the same transaction (``Database.probes_apart``).
+  ``INSERT … SELECT`` goes through a temporary table, a trigger of the events table refuses
+  the gap instead, and a plain ``INSERT … VALUES`` stores the event
+  (``Database.refuses_gaps``, journal schema version 5).
 * **SQLite writers queue instead of deadlocking** (``BEGIN IMMEDIATE``, :mod:`.sqlite`).
 * **Commit order equals position order for ordered categories** on PostgreSQL and MySQL: a
   per-category lock taken before a position is drawn (:mod:`.postgres`, :mod:`.mysql`).
@@ -45,12 +46,7 @@ from sqlalchemy.sql import ClauseElement, Select
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
-from celery_durable.store.journal.database import (
-    PLAIN_INSERT,
-    PREVIOUS_PROBE,
-    VALUES_INSERT,
-    Database,
-)
+from celery_durable.store.journal.database import PLAIN_INSERT, VALUES_INSERT, Database
 from celery_durable.store.journal.encoding import (
     _check_int,
     _rows,
@@ -413,10 +409,7 @@ class SqlJournal:
             else:
                 self._take_locks(conn, needed)
             state.locked.update(needed)
-        if statement is PLAIN_INSERT and database.probes_apart:
-            if not self._previous_versions_exist(conn, rows):
-                state.failed = True
-                raise self._conflict(appends)
+        if statement is PLAIN_INSERT and database.refuses_gaps:
             statement = VALUES_INSERT
         try:
             if len(rows) <= _PREPARED_ROWS:
@@ -440,20 +433,6 @@ class SqlJournal:
                 # or the category's lock row was deleted
                 database.refused_insert(self._core, self.ordered_categories)
             raise self._conflict(appends)
-
-    def _previous_versions_exist(self, conn: Connection, rows: list[dict[str, Any]]) -> bool:
-        """Whether the version before each append's first row is stored
-        (:attr:`.Database.probes_apart`): one :data:`.PREVIOUS_PROBE` per such row, in the
-        append's transaction. A row that follows another of the same batch needs none: that
-        one is inserted first, or the batch fails."""
-        probe = self.prepared(PREVIOUS_PROBE, lambda: PREVIOUS_PROBE, conn)
-        before: set[tuple[str, int]] = set()
-        for row in rows:
-            stream, prev = row["stream"], row["prev"]
-            if prev and (stream, prev) not in before and not probe.found(conn, row):
-                return False
-            before.add((stream, row["version"]))
-        return True
 
     def prepared(self, key: Any, build: Callable[[], ClauseElement], conn: Connection) -> Prepared:
         """The statement ``build()`` makes, rendered once for this journal's database and kept

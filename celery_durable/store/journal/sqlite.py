@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Table, event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from celery_durable.errors import JournalError
 from celery_durable.store.journal import schema
@@ -48,11 +49,15 @@ class SqliteDatabase(Database):
 
     serialises_writers = True
     # PLAIN_INSERT's INSERT … SELECT reads the events table it writes, so SQLite runs the SELECT
-    # into a temporary table first and inserts from there; a separate lookup of the previous
-    # version and a plain INSERT … VALUES cost ~25 µs less per append with synchronous=FULL
-    # (measured 2026-12-06, docs/durable-tasks.md). BEGIN IMMEDIATE holds the write lock
-    # from before the lookup to the commit.
-    probes_apart = True
+    # into a temporary table first and inserts from there. The table's trigger refuses a gap
+    # instead (schema.SQLITE_GAP_TRIGGER, journal version 5) and an event goes in with a plain
+    # INSERT … VALUES. A step's result, that one statement, runs alone in autocommit mode: an
+    # implicit transaction, committed (and with synchronous=FULL synced) by SQLite at its end.
+    # It takes the write lock when it starts, waiting for other writers through the busy
+    # handler like BEGIN IMMEDIATE, as it has read nothing before. Together ~25 µs less per
+    # step (measured 2026-12-06, docs/durable-tasks.md).
+    refuses_gaps = True
+    autocommits_one_row = True
 
     def __init__(self, url: URL, shown: str, *, synchronous: str = "FULL") -> None:
         super().__init__(url, shown)
@@ -127,6 +132,18 @@ class SqliteDatabase(Database):
                     return
                 conn.exec_driver_sql(f"PRAGMA incremental_vacuum({VACUUM_PAGES})")
             before = free
+
+    def autocommit(self, conn: Connection) -> None:
+        """Nothing to switch: the driver's connections never open a transaction by themselves
+        (``isolation_level = None``, :meth:`_on_connect`), so a statement outside
+        :meth:`begin_write` is its own transaction."""
+
+    def is_version_conflict(self, exc: DBAPIError) -> bool:
+        """A duplicate version (the unique constraint), or a row past the end of its stream
+        refused by the events table's trigger (:data:`.schema.SQLITE_GAP_TRIGGER`)."""
+        if isinstance(exc, IntegrityError) and schema.SQLITE_GAP_MESSAGE in str(exc.orig):
+            return True
+        return super().is_version_conflict(exc)
 
     def begin_write(self, conn: Connection) -> None:
         # isolation_level=None: sqlite3 sends no BEGIN of its own, and SQLAlchemy's begin()
