@@ -2,8 +2,10 @@
 
 SQLite writers queue instead of deadlocking: write transactions start with ``BEGIN IMMEDIATE``,
 so the write lock is taken before anything is read, and two processes never both hold a read
-lock and wait for each other to upgrade it. The file runs in WAL mode (readers do not block the
-writer) with ``synchronous = FULL`` unless the caller chose otherwise.
+lock and wait for each other to upgrade it. A lone append of one event (a durable step's result)
+is one ``INSERT`` in autocommit mode instead, which takes the write lock the same way. The file
+runs in WAL mode (readers do not block the writer) with ``synchronous = FULL`` unless the caller
+chose otherwise.
 """
 
 from __future__ import annotations
