@@ -610,8 +610,9 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
 
 
 #: Engine options for every database (``engine_options`` overrides them): a connection is
-#: checked when it leaves the pool (one ``SELECT 1`` round trip on PostgreSQL, a few µs on
-#: SQLite's in-process file), so that one the server closed is replaced instead of failing.
+#: checked when it leaves the pool (a few µs on SQLite's in-process file; PostgreSQL and
+#: PyMySQL look at the socket instead, :func:`.database.refuse_if_closed`), so that one the
+#: server closed is replaced instead of failing.
 ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
 _PREPARED_ROWS = 3
