@@ -307,8 +307,13 @@ class SqlJournal:
                 raise
             raise as_journal_error(exc, self.url, doing) from exc
 
+    def in_transaction(self) -> bool:
+        """Whether a :meth:`transaction` is open in this thread (a signal handler running
+        while it is, for example, must not start another one)."""
+        return bool(getattr(self._local, "open", False))
+
     def _refuse_nesting(self) -> None:
-        if getattr(self._local, "open", False):
+        if self.in_transaction():
             raise JournalError(
                 "a journal transaction is already open in this thread: it holds the write lock "
                 "this call would wait for; append through append_in(conn, ...) instead"
