@@ -145,7 +145,17 @@ class DurableScheduler(Scheduler):
         """Nothing to flush: every decision is stored when it is made."""
 
     def close(self) -> None:
+        """Write the lagging index rows, give up the leases, close the journal; once.
+
+        ``celery beat``'s SIGTERM handler calls this in the middle of whatever the main
+        thread was doing, and again once ``SystemExit`` has unwound it. When the handler
+        interrupted a journal transaction, the first call does nothing: giving the leases up
+        would wait for that transaction's locks, so the second call does it.
+        """
         if self._closed:
+            return
+        if self._dispatcher is not None and self._dispatcher.runtime.journal.in_transaction():
+            log.info("durable scheduler: closing once the interrupted journal write unwinds")
             return
         self._closed = True
         if self._dispatcher is not None:

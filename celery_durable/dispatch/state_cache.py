@@ -4,6 +4,11 @@ The cache holds the folded state of every schedule the dispatcher has looked at,
 each next needs attention (a heap keyed by that moment), and the read position of the index
 projection. Reads come from the index rows and the events stored after them; the rows that lag
 behind the cache are written at checkpoints, at most every :data:`INDEX_CHECKPOINT`.
+
+The heap holds the due times read so far: those of the index rows up to a horizon, read a
+:data:`WINDOW` at a time as the clock reaches it (a beat with a million schedules reads the few
+due soon at start-up, D13), and those of every cached state. A row past the horizon whose
+schedule is cached is never read again: the cached state is newer than the row.
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ from celery_durable.store.snapshots import fold_stream
 from celery_durable.store.stores import AnyIndex, AnyJournal
 
 log = logging.getLogger("celery_durable.dispatcher")
+
+WINDOW = timedelta(seconds=60)
+"""The due times whose index rows one read brings into the attention heap (D13): start-up
+reads the rows due within this of the clock's time, not every schedule's."""
+
+WINDOW_AHEAD = timedelta(seconds=2)
+"""How long before the next window's first due time the dispatcher reads it, so that the read
+does not delay the runs due then."""
 
 INDEX_CHECKPOINT = timedelta(seconds=1)
 """How often the projection's read position is saved with the rows that lag behind it (D2).
@@ -52,6 +65,10 @@ class StateCache:
         self._next_checkpoint: datetime | None = None
         self._attention: dict[str, datetime] = {}
         self._heap: list[tuple[datetime, str]] = []
+        self._horizon: datetime | None = None
+        """The index rows due up to this are in the heap (or their schedule is cached)."""
+        self._beyond: datetime | None = None
+        """The earliest ``next_due`` of a row past the horizon; ``None``: no row is due later."""
         self.held: frozenset[int] | None = None
         """The partitions this cache keeps (D10); ``None``: every schedule."""
 
@@ -71,8 +88,7 @@ class StateCache:
         self._heap.clear()
         self._attention.clear()
         self.position = self.index.position(held=held)
-        for sid, when in self.index.attention(held).items():
-            self.watch(sid, when)
+        self._read_window(None, now + WINDOW)
         self.refresh(now)
 
     def refresh(self, now: datetime) -> None:
@@ -98,7 +114,8 @@ class StateCache:
             return
         sids = {e.stream.split("/", 1)[1] for e in events}
         try:
-            self.adopt(self.index.load([s for s in sids if s not in self.states]))
+            adopted = self.index.load([s for s in sids if s not in self.states])
+            self.adopt(adopted)
         except UnreadableEntry as exc:
             log.warning("%s: rebuilding the index", exc)
             self.states.clear()
@@ -109,6 +126,7 @@ class StateCache:
             self.position = self.index.position(held=held)
             self._heap.clear()
             self._attention.clear()
+            self._horizon = self._beyond = None  # every state is cached: no row to read
             for sid, state in self.states.items():
                 self.watch(sid, attention_of(state, self.index.live))
             return
@@ -117,7 +135,9 @@ class StateCache:
         self._dirty.update(sids)
         if changed or self._checkpoint_due(now):
             self.checkpoint(now)
-        for sid in changed:
+        # A schedule cached now is watched by its state from now on, even one its events did
+        # not change: its row may lie past the horizon, never to be read again.
+        for sid in changed.union(adopted):
             self.watch(sid, attention_of(self.states[sid], self.index.live))
 
     def _checkpoint_due(self, now: datetime) -> bool:
@@ -188,6 +208,23 @@ class StateCache:
             self._attention[sid] = when
             heapq.heappush(self._heap, (when, sid))
 
+    def _read_window(self, after: datetime | None, upto: datetime) -> None:
+        """Put the due times of the index rows in ``(after, upto]`` on the heap, except those
+        of cached schedules (their state is newer than their row)."""
+        rows, self._beyond = self.index.attention_window(after, upto, self.held)
+        self._horizon = upto
+        states = self.states
+        for sid, when in rows:
+            if sid not in states:
+                self.watch(sid, when)
+
+    def read_ahead(self, now: datetime) -> None:
+        """Read the windows of index rows whose first due time is this close
+        (:data:`WINDOW_AHEAD`)."""
+        until = now + WINDOW_AHEAD
+        while self._beyond is not None and self._beyond <= until:
+            self._read_window(self._horizon, max(until, self._beyond + WINDOW))
+
     def pop_due(self, now: datetime) -> list[str]:
         """The schedules whose attention time has come, each once, earliest first.
 
@@ -195,6 +232,7 @@ class StateCache:
         every schedule of a round, when the round ends): a schedule whose round decided
         nothing, and so keeps its attention time, is looked at again.
         """
+        self.read_ahead(now)
         due: list[str] = []
         while self._heap and self._heap[0][0] <= now:
             when, sid = heapq.heappop(self._heap)
@@ -204,12 +242,22 @@ class StateCache:
         return due
 
     def first_attention(self) -> datetime | None:
-        """The earliest attention time on the heap (dropping entries that were replaced)."""
+        """When the dispatcher must next look: the earliest attention time on the heap
+        (dropping entries that were replaced), or the moment to read the next window."""
         while self._heap and self._attention.get(self._heap[0][1]) != self._heap[0][0]:
             heapq.heappop(self._heap)
-        return self._heap[0][0] if self._heap else None
+        first = self._heap[0][0] if self._heap else None
+        if self._beyond is None:
+            return first
+        read_at = self._beyond - WINDOW_AHEAD
+        return read_at if first is None else min(first, read_at)
+
+    @property
+    def watching(self) -> frozenset[str]:
+        """The schedules whose attention times are on the heap now."""
+        return frozenset(self._attention)
 
     @property
     def next_attention(self) -> datetime | None:
         """The earliest moment a schedule needs the dispatcher."""
-        return min(self._attention.values(), default=None)
+        return min([*self._attention.values(), *filter(None, [self._beyond])], default=None)

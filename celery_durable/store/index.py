@@ -7,8 +7,9 @@ projection's read position lives in ``celery_durable_progress`` and is written i
 transaction as the rows, so a crash can never separate them. Folding is idempotent: an event
 whose version a row already has is skipped, so re-reading after a crash is harmless.
 
-Start-up reads the rows' ``(schedule_id, next_due)`` and only the events stored after the
-position — never the whole history.
+Start-up reads the ``(schedule_id, next_due)`` of the rows due soon (a window of due times,
+the next one when its time comes) and only the events stored after the position — never the
+whole history, nor every schedule (D13).
 """
 
 from __future__ import annotations
@@ -143,16 +144,31 @@ class ScheduleIndex:
             default=base,
         )
 
-    def attention(self, held: Collection[int] | None = None) -> dict[str, datetime | None]:
-        """The ``next_due`` column of every schedule (of the ``held`` partitions' only):
-        cheap, no JSON is parsed."""
+    def attention_window(
+        self, after: datetime | None, upto: datetime, held: Collection[int] | None = None
+    ) -> tuple[list[tuple[str, datetime]], datetime | None]:
+        """``(schedule_id, next_due)`` of the rows whose ``next_due`` is after ``after`` (from
+        the earliest when ``None``) and at most ``upto`` (of the ``held`` partitions only), and
+        the earliest ``next_due`` later than ``upto`` (``None``: no row is due later).
+
+        Two indexed reads: beat's start-up reads the due times of a window, not of every
+        schedule (D13); the dispatcher reads the next window when its time comes.
+        """
         self.journal.ensure_ready()
-        query = select(schedule_index.c.schedule_id, schedule_index.c.next_due)
+        column = schedule_index.c.next_due
+        mine = []
         count = self.partitions
         if held is not None and count > 1:
-            query = query.where((schedule_index.c.slot % count).in_(sorted(held)))
+            mine.append((schedule_index.c.slot % count).in_(sorted(held)))
+        lower = column.is_not(None) if after is None else column > after
+        rows_query = select(schedule_index.c.schedule_id, column).where(
+            lower, column <= upto, *mine
+        )
+        later_query = select(func.min(column)).where(column > upto, *mine)
         with self.journal.engine.connect() as conn:
-            return {r[0]: r[1] for r in conn.execute(query).all()}  # fetched at once
+            rows = [(r[0], r[1]) for r in conn.execute(rows_query).all()]
+            later = conn.execute(later_query).scalar()
+        return rows, later
 
     def waiting_at(self, now: datetime, limit: int) -> list[str]:
         """The IDs of up to ``limit`` schedules whose ``next_due`` is at or before ``now``,
@@ -264,7 +280,10 @@ class ScheduleIndex:
 
     def needs_rebuild(self) -> bool:
         """True when the rows cannot match the position (the table was dropped and recreated)."""
-        return self.position() > 0 and self.count() == 0
+        if self.position() == 0:
+            return False
+        with self.journal.engine.connect() as conn:  # one row's look, not a count of them all
+            return conn.execute(select(schedule_index.c.schedule_id).limit(1)).first() is None
 
 
 def schedule_events_after(journal: Journal, position: int) -> list[StoredEvent]:

@@ -23,7 +23,8 @@ Benchmarks (``--only`` takes a comma-separated subset):
                 schedules without history; 1,000 of them are due at start. Launch → first
                 ``RunDecided`` committed (seen by another connection), for a beat subprocess and
                 for ``Durable(...)`` + ``dispatcher()`` + ``tick()`` in a fresh process.
-* ``steady``    10,000 ``Every(10 s)`` schedules spread evenly (1,000 runs/s) for ``--duration``
+* ``steady``    10,000 ``Every(10 s)`` schedules spread evenly (1,000 runs/s; ``--n-steady``,
+                ``--steady-period``: 1,000,000 × 3,600 s for D13) for ``--duration``
                 seconds under a beat subprocess: lag from due time to the message being on Redis
                 (a consumer thread pops the list and reads the ``durable_due`` header), to the
                 decision (``RunDecided.at``) and to the recorded start (``RunStarted``'s
@@ -139,6 +140,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="past runs per schedule in the start-up dataset (2 events each)",
     )
     ap.add_argument("--n-steady", type=int, default=10_000)
+    ap.add_argument("--steady-period", type=float, default=10.0, help="Every(...) of steady (s)")
+    ap.add_argument(
+        "--steady-lead", type=float, default=None, help="seconds from seeding to the first due"
+    )
     ap.add_argument("--n-memory", type=int, default=100_000)
     ap.add_argument("--duration", type=float, default=None, help="steady-state window (s)")
     ap.add_argument("--warmup", type=float, default=10.0)

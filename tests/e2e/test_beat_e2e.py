@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -15,11 +16,14 @@ from pathlib import Path
 
 import pytest
 import redis
+import sqlalchemy as sa
 from celery import Celery
 from celery.schedules import crontab
 
 from celery_durable import Durable, Every, parse_run_id
 from celery_durable.core.rules import Crontab
+from celery_durable.store.journal.postgres import advisory_key
+from celery_durable.store.journal.urls import normalize_url
 from tests.support.processes import python_command, running_process, wait_for
 
 APP = "tests.e2e.beat_app"
@@ -180,3 +184,48 @@ def test_two_beats_one_killed_each_due_time_decided_once(
     duplicates = len(ids) - len(set(ids))
     assert duplicates <= 3, f"{duplicates} runs enqueued twice around the takeover"
     assert isinstance(dues[0], datetime)
+
+
+def _hold_the_schedule_lock(url: str) -> tuple[sa.engine.Engine, sa.engine.Connection]:
+    """Open a transaction holding the lock a beat's decision append waits for."""
+    engine = sa.create_engine(url)
+    conn = engine.connect()
+    if engine.dialect.name == "postgresql":
+        key = advisory_key("category:schedule")
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    else:
+        conn.execute(
+            sa.text("SELECT name FROM celery_durable_locks WHERE name = 'schedule' FOR UPDATE")
+        )
+    return engine, conn
+
+
+def test_sigterm_while_a_decision_waits_for_its_lock_still_gives_the_lease_up(
+    tmp_path: Path, env: dict, sink: redis.Redis, db_url: str
+) -> None:
+    """``celery beat``'s SIGTERM handler closes the scheduler in the middle of what the beat
+    was doing. Here that is a decision's transaction, blocked on the category lock another
+    session holds: the close must still write what it writes and give the lease up (so a
+    standby takes over at once, D6), after the interrupted transaction unwinds."""
+    env = env | {"E2E_BEAT": "every"}
+    with running_process(beat_cmd(tmp_path), log_path=tmp_path / "beat.log", env=env) as beat:
+        wait_for(lambda: sink.llen("celery") >= 2, timeout=40, processes=[beat])
+        engine, conn = _hold_the_schedule_lock(normalize_url(db_url).render_as_string(False))
+        try:
+            time.sleep(2.0)  # the next due time's decision now waits for the lock
+            beat.popen.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+        finally:
+            conn.rollback()
+            conn.close()
+            engine.dispose()
+        assert beat.popen.wait(20) is not None
+    log = (tmp_path / "beat.log").read_text()
+    assert "could not release" not in log and "could not write" not in log, log[-3000:]
+    reader = journal(db_url)
+    try:
+        with reader.journal.engine.connect() as c:
+            held = c.execute(sa.text("SELECT name, owner FROM celery_durable_leases")).all()
+    finally:
+        reader.close()
+    assert held == [], f"the stopped beat kept its lease: {held}"

@@ -43,8 +43,9 @@ def _drop_sessions(url: str, tag: str) -> None:
 def test_a_postgresql_restart_between_appends_is_invisible_with_the_defaults(
     pg_url: str, pre_ping: bool | None
 ) -> None:
-    """The server ends every session while the journal is idle; with the defaults the next
-    append takes a fresh connection. With pre-ping turned off it fails: the control that
+    """The server ends every session while the journal is idle; with the defaults (a look at
+    each connection's socket at checkout) the next append takes a fresh connection. With
+    ``pool_pre_ping=False`` given, which turns that look off too, it fails: the control that
     shows the defaults are what make the first case pass."""
     tag = f"cdt-{uuid.uuid4().hex[:10]}"
     options = {} if pre_ping is None else {"pool_pre_ping": pre_ping}
@@ -53,6 +54,7 @@ def test_a_postgresql_restart_between_appends_is_invisible_with_the_defaults(
         journal.append("schedule/a", 0, [NewEvent(type="One")])
         _drop_sessions(pg_url, tag)
         if pre_ping is None:
+            assert journal.engine.pool._pre_ping is False  # the socket look, no SELECT 1
             journal.append("schedule/a", 1, [NewEvent(type="Two")])
             assert [e.type for e in journal.read_stream("schedule/a")] == ["One", "Two"]
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ EXPECTED_SCHEDULES = {
         {("skipped", None): 60, ("started", "queued"): 1},
     ),
 }  # fmt: skip
+
+FAR_FUTURE = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
 
 def copy_of(fixture: Path, tmp_path: Path) -> Path:
@@ -296,7 +298,8 @@ def test_a_v1_journal_gains_the_slot_of_each_schedule_and_a_partitioned_read(
         index = ScheduleIndex(durable.journal, partitions=4)
         for k in range(4):
             expected = {sid for sid in ORIGINS if partition_of(sid, 4) == k}
-            assert set(index.attention(frozenset({k}))) == expected
+            rows, later = index.attention_window(None, FAR_FUTURE, frozenset({k}))
+            assert {sid for sid, _ in rows} == expected and later is None
     finally:
         durable.close()
 

@@ -13,6 +13,7 @@ an insert-or-update, an upsert that keeps the higher version, ``IN`` over many v
 
 from __future__ import annotations
 
+import select as io_select
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -31,7 +32,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 from sqlalchemy.sql import ColumnElement, Insert, Subquery
 
 from celery_durable.store.journal import schema
@@ -243,3 +244,24 @@ class Database:
     ) -> None:
         """Hand the pages freed by deletes back to the file system, while ``more()`` (SQLite);
         the servers reuse them by themselves."""
+
+
+def refuse_if_closed(sock: Any, server: str) -> None:
+    """Pool checkout: refuse a connection its server has closed, at no round trip.
+
+    An idle connection has nothing to read. When the server closes it (an idle timeout, a
+    restart, a terminated session, a proxy's cut) its socket turns readable: end of file, or
+    the error message the server sends first. ``DisconnectionError`` makes the pool discard it
+    and hand out a fresh connection (SQLAlchemy's "custom pessimistic ping" recipe). Anything
+    else the server might send to an idle session (a setting changed by a reload) costs one
+    reconnection, never a wrong answer. ``sock``: a socket or a file descriptor; ``None`` when
+    the driver knows the connection is closed.
+    """
+    if sock is None:
+        raise DisconnectionError(f"the {server} connection is closed")
+    try:
+        readable, _, _ = io_select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        raise DisconnectionError(f"the {server} connection's socket is unusable") from None
+    if readable:
+        raise DisconnectionError(f"the {server} server closed the connection")

@@ -63,6 +63,11 @@ class MemoryJournal:
         self._categories: dict[str, list[_Row]] = {}
         self._closed = False
 
+    def in_transaction(self) -> bool:
+        """Never blocking: the store's lock is re-entrant, so a nested unit of work in the
+        same thread (a signal handler's) does not wait for it."""
+        return False
+
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, stream: str, expected_version: int, events: Sequence[NewEvent]) -> int:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select as io_select
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import String, Table, bindparam, case, event, func, insert, select
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from celery_durable.errors import JournalError
 from celery_durable.store.journal import schema
@@ -29,6 +28,7 @@ from celery_durable.store.journal.database import (
     Database,
     WriteConnection,
     insert_statement,
+    refuse_if_closed,
 )
 
 __all__ = ["MYSQL_ENGINE_DEFAULTS", "MYSQL_SCHEMA_LOCK", "MysqlDatabase"]
@@ -238,19 +238,6 @@ def _reset(dbapi_conn: Any, record: Any, state: Any) -> None:
 
 
 def _closed_by_server(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-    """Pool checkout on PyMySQL: refuse a connection the server has closed, at no round trip.
-
-    An idle MySQL connection has nothing to read. When the server closes it (``wait_timeout``,
-    a restart, ``KILL``, a proxy's cut) the socket turns readable: end of file, or the error
-    packet MySQL sends first. ``DisconnectionError`` makes the pool discard it and hand out a
-    fresh connection (SQLAlchemy's "custom pessimistic ping" recipe).
-    """
-    sock = getattr(dbapi_conn, "_sock", None)
-    if sock is None:
-        raise DisconnectionError("the MySQL connection is closed")
-    try:
-        readable, _, _ = io_select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        raise DisconnectionError("the MySQL connection's socket is unusable") from None
-    if readable:
-        raise DisconnectionError("the MySQL server closed the connection")
+    """Pool checkout on PyMySQL: refuse a connection the server has closed (``wait_timeout``,
+    a restart, ``KILL``, a proxy's cut) by a look at its socket (:func:`refuse_if_closed`)."""
+    refuse_if_closed(getattr(dbapi_conn, "_sock", None), "MySQL")

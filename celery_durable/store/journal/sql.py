@@ -310,8 +310,13 @@ class SqlJournal:
                 raise
             raise as_journal_error(exc, self.url, doing) from exc
 
+    def in_transaction(self) -> bool:
+        """Whether a :meth:`transaction` is open in this thread (a signal handler running
+        while it is, for example, must not start another one)."""
+        return bool(getattr(self._local, "open", False))
+
     def _refuse_nesting(self) -> None:
-        if getattr(self._local, "open", False):
+        if self.in_transaction():
             raise JournalError(
                 "a journal transaction is already open in this thread: it holds the write lock "
                 "this call would wait for; append through append_in(conn, ...) instead"
@@ -617,8 +622,9 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
 
 #: Engine options for every database (the database's own, :meth:`.Database.engine_options`,
 #: then ``engine_options`` override them): a connection is checked when it leaves the pool
-#: (one ``SELECT 1`` round trip on PostgreSQL), so that one the server closed is replaced
-#: instead of failing. SQLite, without a server, turns it off.
+#: (PostgreSQL and PyMySQL look at the socket instead, :func:`.database.refuse_if_closed`;
+#: SQLite, without a server, checks nothing), so that one the server closed is replaced
+#: instead of failing.
 ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
 _PREPARED_ROWS = 3

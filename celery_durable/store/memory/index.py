@@ -68,10 +68,23 @@ class MemoryIndex:
         with self._store.lock:
             return self._store.progress.get(PROJECTION, 0)
 
-    def attention(self, held: Collection[int] | None = None) -> dict[str, datetime | None]:
-        """The ``next_due`` column of every row."""
+    def attention_window(
+        self, after: datetime | None, upto: datetime, held: Collection[int] | None = None
+    ) -> tuple[list[tuple[str, datetime]], datetime | None]:
+        """``(schedule_id, next_due)`` of the rows due after ``after`` (from the earliest when
+        ``None``) up to ``upto``, and the earliest ``next_due`` after ``upto``."""
+        rows: list[tuple[str, datetime]] = []
+        later: datetime | None = None
         with self._store.lock:
-            return {sid: row["next_due"] for sid, row in self._store.index_rows.items()}
+            for sid, row in self._store.index_rows.items():
+                when = row["next_due"]
+                if when is None or (after is not None and when <= after):
+                    continue
+                if when <= upto:
+                    rows.append((sid, when))
+                elif later is None or when < later:
+                    later = when
+        return rows, later
 
     def waiting_rows(self, now: datetime, limit: int) -> list[tuple[str, datetime]]:
         """``(schedule_id, next_due)`` of up to ``limit`` rows due at or before ``now``."""

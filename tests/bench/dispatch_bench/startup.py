@@ -198,7 +198,10 @@ def run(a: argparse.Namespace, rec: Recorder) -> None:
     with pg_journal(a.pg_url) as url_hist, pg_journal(a.pg_url) as url_none:
         now = utcnow()
         urls = {}
-        for dataset, url, runs in (("no_history", url_none, 0), ("history", url_hist, hist)):
+        datasets = [("no_history", url_none, 0), ("history", url_hist, hist)]
+        if not hist:  # the same dataset twice: seed it once
+            datasets = datasets[:1]
+        for dataset, url, runs in datasets:
             d = Durable(app, url)
             print(f"seeding {dataset}: {n} schedules, {runs} past runs each …", flush=True)
             seeded = seed(d, startup_schedules(n, due_now, now, runs), batch_rows=20000)
@@ -209,7 +212,7 @@ def run(a: argparse.Namespace, rec: Recorder) -> None:
             )
             urls[dataset] = (url, seeded["head"])
         for rep in range(a.reps):
-            for dataset in ("no_history", "history"):
+            for dataset in urls:
                 url, head = urls[dataset]
                 for mode in ("beat", "inproc"):
                     startup_once(a, dataset, url, head, due_now, mode, rep, rec)

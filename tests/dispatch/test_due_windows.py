@@ -1,0 +1,134 @@
+"""The dispatcher reads its schedules' due times a window at a time (D13).
+
+Start-up brings into memory the due times of the index rows due within ``WINDOW`` of the clock,
+not every schedule's; later windows are read as the clock reaches them. Nothing may be lost by
+it: every due time of every schedule is still decided once, after a restart and after another
+beat took over with a saved read position older than its rows. Real Redis; memory, SQLite,
+PostgreSQL and MariaDB stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_durable import Durable, Every
+from celery_durable.core.ids import run_id
+from celery_durable.dispatch.dispatcher import Dispatcher
+from celery_durable.dispatch.state_cache import WINDOW
+from celery_durable.store.memory import MemoryStore
+from tests.support.clock import T0, FakeClock
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.fixture
+def app(redis_url: str) -> Celery:
+    app = Celery("due_window_tests", broker=redis_url, set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+
+    @app.task(name="report", shared=False)
+    def report(n: int) -> int:  # pragma: no cover - the tests read the queue
+        return n
+
+    return app
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
+def make_durable(
+    request: pytest.FixtureRequest, app: Celery, clock: FakeClock
+) -> Iterator[Callable[[], Durable]]:
+    """Makes Durables sharing one store, as processes sharing a journal."""
+    made: list[Durable] = []
+    store = MemoryStore()
+    url = None
+    if request.param != "memory":
+        fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}
+        url = str(request.getfixturevalue(fixture[request.param]))
+
+    def make() -> Durable:
+        made.append(
+            Durable(app, store=store, clock=clock)
+            if url is None
+            else Durable(app, url, clock=clock)
+        )
+        return made[-1]
+
+    yield make
+    for d in made:
+        d.close()
+
+
+def sent_ids(redis_url: str) -> list[str]:
+    client = redis.Redis.from_url(redis_url)
+    found = []
+    while (raw := client.rpop("celery")) is not None:
+        found.append(json.loads(raw)["headers"]["id"])
+    return found
+
+
+def run_until(dispatcher: Dispatcher, clock: FakeClock, end: datetime, redis_url: str) -> list[str]:
+    """Tick as the beat loop does (sleeping what each tick returns) until ``end``."""
+    seen: list[str] = []
+    while clock.now < end:
+        clock.advance(seconds=dispatcher.tick())
+        seen += sent_ids(redis_url)
+    return seen
+
+
+def test_a_restarted_beat_reads_the_due_times_near_the_clock_and_misses_none_later(
+    make_durable: Callable[[], Durable], clock: FakeClock, redis_url: str
+) -> None:
+    # 40 hourly schedules whose due times are spread 80 s apart over the hour.
+    first = make_durable()
+    anchors = []
+    for k in range(40):
+        first.schedules.create(f"r{k:02d}", "report", k, Every(HOUR))
+        anchors.append(clock.now)
+        clock.advance(seconds=80)
+    before = first.dispatcher(owner="before", poll_interval=60)
+    before.tick()  # the index rows and their read position
+    before.close()
+
+    # Restarted 10 s before the first due time: only the due times within the window are read.
+    clock.set(anchors[0] + HOUR - timedelta(seconds=10))
+    after = make_durable().dispatcher(owner="after", poll_interval=60)
+    after.tick()
+    near = {f"r{k:02d}" for k, a in enumerate(anchors) if a + HOUR <= clock.now + WINDOW}
+    assert after.cache.watching == near
+    assert len(near) < 40
+
+    seen = run_until(after, clock, anchors[0] + 2 * HOUR + timedelta(seconds=1), redis_url)
+    expected = [
+        run_id(f"r{k:02d}", a + n * HOUR)
+        for n in (1, 2)
+        for k, a in enumerate(anchors)
+        if a + n * HOUR <= clock.now
+    ]
+    assert sorted(seen) == sorted(expected)
+    assert len(seen) == len(set(seen)) > 40
+
+
+def test_a_beat_taking_over_watches_a_schedule_whose_row_is_newer_than_the_saved_position(
+    make_durable: Callable[[], Durable], clock: FakeClock, redis_url: str
+) -> None:
+    # The first beat stores a run's start with the schedule's row, then dies before it saves
+    # its read position: the next beat reads that run's events after the position, and the
+    # row, due again in ten minutes, lies past its first window.
+    first = make_durable()
+    first.schedules.create("late", "report", 1, Every(timedelta(minutes=10)))
+    dead = first.dispatcher(owner="dead", poll_interval=60)
+    dead.tick()
+    clock.advance(minutes=10)
+    dead.tick()
+    assert sent_ids(redis_url) == [run_id("late", T0 + timedelta(minutes=10))]
+
+    clock.advance(seconds=dead.lease_ttl + 1)  # its lease runs out; no close, no checkpoint
+    heir = make_durable().dispatcher(owner="heir", poll_interval=60)
+    seen = run_until(heir, clock, T0 + timedelta(minutes=20, seconds=1), redis_url)
+    assert seen == [run_id("late", T0 + timedelta(minutes=20))]
