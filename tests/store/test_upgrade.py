@@ -350,7 +350,7 @@ def test_a_v4_journal_gains_the_gap_trigger_and_its_run_finishes(tmp_path: Path)
     from celery_durable.testing import DurableHarness, TestClock
     from tests.data import make_journal_v4_steps as v4
 
-    conn = sqlite3.connect(f"file:{v4.FIXTURE}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{v4.FIXTURE}?mode=ro&immutable=1", uri=True)
     try:
         (version,) = conn.execute("SELECT version FROM celery_durable_schema").fetchone()
         triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
