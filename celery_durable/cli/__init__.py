@@ -9,37 +9,49 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
 import click
 
-from celery_durable.cli.admin import db, index, prune
-from celery_durable.cli.blackouts import blackouts
 from celery_durable.cli.common import DurableGroup, invalid, option, start_session
-from celery_durable.cli.health import health
-from celery_durable.cli.importing import import_group
-from celery_durable.cli.partitions import beats, partitions
-from celery_durable.cli.replay_check import replay
-from celery_durable.cli.run import run
-from celery_durable.cli.runs import runs
-from celery_durable.cli.schedules import schedules
 
 __all__ = ["bound_group", "durable", "main"]
 
-_COMMANDS = (
-    schedules,
-    blackouts,
-    runs,
-    run,
-    replay,
-    index,
-    db,
-    health,
-    beats,
-    partitions,
-    import_group,
-    prune,
-)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "schedules": ("schedules", "schedules"),
+    "blackouts": ("blackouts", "blackouts"),
+    "runs": ("runs", "runs"),
+    "run": ("run", "run"),
+    "replay": ("replay_check", "replay"),
+    "index": ("admin", "index"),
+    "db": ("admin", "db"),
+    "health": ("health", "health"),
+    "beats": ("partitions", "beats"),
+    "partitions": ("partitions", "partitions"),
+    "import": ("importing", "import_group"),
+    "prune": ("admin", "prune"),
+}
+"""Each command's name → its module under ``celery_durable.cli`` and the click object there."""
+
+
+class _CommandsOnDemand(DurableGroup):
+    """A root group whose commands are imported when one is looked up or listed.
+
+    Celery imports its ``celery.commands`` plugins with every ``celery`` command, ``celery
+    beat`` and ``celery worker`` included: those never run one of ours, so they should not pay
+    for importing the commands and the read models behind them.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            module, attribute = _COMMANDS[cmd_name]
+            command = getattr(import_module(f"celery_durable.cli.{module}"), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
 
 def _global_options(fun: Any) -> Any:
@@ -56,7 +68,7 @@ def _global_options(fun: Any) -> Any:
     )(fun)
 
 
-@click.group(cls=DurableGroup, name="durable")
+@click.group(cls=_CommandsOnDemand, name="durable")
 @_global_options
 @click.pass_context
 def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool) -> None:
@@ -69,7 +81,7 @@ def durable(ctx: click.Context, url: str | None, as_json: bool, traceback: bool)
     start_session(ctx, app or _default_app(), url, as_json, traceback, app_given=given)
 
 
-@click.group(cls=DurableGroup, name="celery_durable")
+@click.group(cls=_CommandsOnDemand, name="celery_durable")
 @option(
     "-A",
     "--app",
@@ -131,8 +143,3 @@ def _load_app(name: str) -> Any:
         return find_app(name)
     except Exception as exc:
         raise invalid(f"cannot load the Celery app {name!r}: {type(exc).__name__}: {exc}") from None
-
-
-for _command in _COMMANDS:
-    durable.add_command(_command)
-    main.add_command(_command)

@@ -22,7 +22,6 @@ import click
 
 from celery_durable.core.ids import printable
 from celery_durable.errors import InvalidSchedule
-from celery_durable.presentation import utc_json, zone_of
 
 if TYPE_CHECKING:
     from celery_durable.core.read_models import ScheduleView
@@ -341,6 +340,8 @@ def emit_json(value: Any) -> None:
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
+        from celery_durable.presentation import utc_json
+
         return utc_json(value)
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
@@ -369,6 +370,8 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> str:
 
 def zone_info(name: str) -> tzinfo:
     """The zone named ``name``; an unknown one is an invalid-input error (exit code 2)."""
+    from celery_durable.presentation import zone_of
+
     try:
         return zone_of(name)
     except InvalidSchedule as exc:
