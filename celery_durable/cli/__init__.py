@@ -36,7 +36,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _CommandsOnDemand(DurableGroup):
-    """A root group whose commands are imported when one is looked up or listed.
+    """A root group that imports a command's module when the command is looked up (to run
+    it, or by ``--help``, which looks up every one); listing the names imports nothing.
 
     Celery imports its ``celery.commands`` plugins with every ``celery`` command, ``celery
     beat`` and ``celery worker`` included: those never run one of ours, so they should not pay
