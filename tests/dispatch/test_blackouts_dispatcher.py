@@ -23,7 +23,6 @@ from tests.support.blackout_sim import outcomes
 from tests.support.clock import T0, FakeClock
 
 S = timedelta(seconds=1)
-app = base.app
 broker = base.broker
 
 

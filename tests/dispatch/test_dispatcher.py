@@ -59,53 +59,11 @@ class Broker:
 
 
 @pytest.fixture
-def app(redis_url: str) -> Celery:
-    app = Celery("dispatch_tests", broker=redis_url, set_as_current=False)
-    app.conf.broker_connection_retry_on_startup = False
-
-    @app.task(name="backup", shared=False)
-    def backup(folder: str) -> str:  # pragma: no cover - the tests read the queue
-        return folder
-
-    @app.task(name="invoice", shared=False)
-    def invoice(customer: str, amount: int = 0) -> str:  # pragma: no cover
-        return customer
-
-    return app
-
-
-@pytest.fixture
 def durable(app: Celery, clock: FakeClock) -> Iterator[Durable]:
     """A Durable on a memory store: the dispatcher's decisions need no database."""
     d = Durable(app, store=MemoryStore(), clock=clock)
     yield d
     d.close()
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
-def make_durable(
-    request: pytest.FixtureRequest, app: Celery, clock: FakeClock
-) -> Iterator[Callable[[], Durable]]:
-    """Makes Durables on one store, as processes sharing a journal: the memory store and each
-    SQL database (for what the store takes part in)."""
-    made: list[Durable] = []
-    store = MemoryStore()
-    url = None
-    if request.param != "memory":
-        fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}
-        url = str(request.getfixturevalue(fixture[request.param]))
-
-    def make() -> Durable:
-        made.append(
-            Durable(app, store=store, clock=clock)
-            if url is None
-            else Durable(app, url, clock=clock)
-        )
-        return made[-1]
-
-    yield make
-    for d in made:
-        d.close()
 
 
 @pytest.fixture

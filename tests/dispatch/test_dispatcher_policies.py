@@ -31,7 +31,6 @@ S = timedelta(seconds=1)
 
 # The fixtures of the dispatcher's own tests: an app with the task "backup" on the test's
 # Redis, a Durable on each journal with the fake clock, and a reader of the Redis queue.
-app = base.app
 durable = base.durable
 broker = base.broker
 

@@ -4,64 +4,24 @@ Start-up brings into memory the due times of the index rows due within ``WINDOW`
 not every schedule's; later windows are read as the clock reaches them. Nothing may be lost by
 it: every due time of every schedule is still decided once, after a restart and after another
 beat took over with a saved read position older than its rows. Real Redis; memory, SQLite,
-PostgreSQL and MariaDB stores.
+PostgreSQL and MariaDB stores (``make_durable``, tests/dispatch/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
-import pytest
 import redis
-from celery import Celery
 
 from celery_durable import Durable, Every
 from celery_durable.core.ids import run_id
 from celery_durable.dispatch.dispatcher import Dispatcher
 from celery_durable.dispatch.state_cache import WINDOW
-from celery_durable.store.memory import MemoryStore
 from tests.support.clock import T0, FakeClock
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def app(redis_url: str) -> Celery:
-    app = Celery("due_window_tests", broker=redis_url, set_as_current=False)
-    app.conf.broker_connection_retry_on_startup = False
-
-    @app.task(name="report", shared=False)
-    def report(n: int) -> int:  # pragma: no cover - the tests read the queue
-        return n
-
-    return app
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres", "mysql"])
-def make_durable(
-    request: pytest.FixtureRequest, app: Celery, clock: FakeClock
-) -> Iterator[Callable[[], Durable]]:
-    """Makes Durables sharing one store, as processes sharing a journal."""
-    made: list[Durable] = []
-    store = MemoryStore()
-    url = None
-    if request.param != "memory":
-        fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "mysql": "mysql_url"}
-        url = str(request.getfixturevalue(fixture[request.param]))
-
-    def make() -> Durable:
-        made.append(
-            Durable(app, store=store, clock=clock)
-            if url is None
-            else Durable(app, url, clock=clock)
-        )
-        return made[-1]
-
-    yield make
-    for d in made:
-        d.close()
 
 
 def sent_ids(redis_url: str) -> list[str]:
@@ -88,7 +48,7 @@ def test_a_restarted_beat_reads_the_due_times_near_the_clock_and_misses_none_lat
     first = make_durable()
     anchors = []
     for k in range(40):
-        first.schedules.create(f"r{k:02d}", "report", k, Every(HOUR))
+        first.schedules.create(f"r{k:02d}", "backup", f"/srv/{k}", Every(HOUR))
         anchors.append(clock.now)
         clock.advance(seconds=80)
     before = first.dispatcher(owner="before", poll_interval=60)
@@ -121,7 +81,7 @@ def test_a_beat_taking_over_watches_a_schedule_whose_row_is_newer_than_the_saved
     # its read position: the next beat reads that run's events after the position, and the
     # row, due again in ten minutes, lies past its first window.
     first = make_durable()
-    first.schedules.create("late", "report", 1, Every(timedelta(minutes=10)))
+    first.schedules.create("late", "backup", "/srv", Every(timedelta(minutes=10)))
     dead = first.dispatcher(owner="dead", poll_interval=60)
     dead.tick()
     clock.advance(minutes=10)
