@@ -218,7 +218,7 @@ class StateCache:
             if sid not in states:
                 self.watch(sid, when)
 
-    def read_ahead(self, now: datetime) -> None:
+    def _read_ahead(self, now: datetime) -> None:
         """Read the windows of index rows whose first due time is this close
         (:data:`WINDOW_AHEAD`)."""
         until = now + WINDOW_AHEAD
@@ -232,7 +232,7 @@ class StateCache:
         every schedule of a round, when the round ends): a schedule whose round decided
         nothing, and so keeps its attention time, is looked at again.
         """
-        self.read_ahead(now)
+        self._read_ahead(now)
         due: list[str] = []
         while self._heap and self._heap[0][0] <= now:
             when, sid = heapq.heappop(self._heap)
@@ -260,4 +260,7 @@ class StateCache:
     @property
     def next_attention(self) -> datetime | None:
         """The earliest moment a schedule needs the dispatcher."""
-        return min([*self._attention.values(), *filter(None, [self._beyond])], default=None)
+        first = min(self._attention.values(), default=None)
+        if self._beyond is None or (first is not None and first <= self._beyond):
+            return first
+        return self._beyond

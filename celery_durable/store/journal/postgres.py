@@ -62,15 +62,10 @@ class PostgresDatabase(Database):
     # liveness check, BEGIN, INSERT, COMMIT). Switching psycopg's autocommit costs no round trip.
     autocommits_one_row = True
 
-    def engine_options(
-        self, options: dict[str, Any], engine_options: Mapping[str, Any] | None
-    ) -> dict[str, Any]:
-        # A connection the server closed is told by its socket at checkout (_closed_by_server)
-        # instead of pool_pre_ping's SELECT 1: one round trip less per checkout.
-        return {**options, "pool_pre_ping": False, **(engine_options or {})}
-
     def listen(self, core: Engine, engine_options: Mapping[str, Any] | None) -> Engine:
-        if "pool_pre_ping" not in (engine_options or {}):  # else the caller decides
+        # A connection the server closed is told by its socket at checkout instead of
+        # pool_pre_ping's SELECT 1: one round trip less. A caller's pool_pre_ping decides.
+        if "pool_pre_ping" not in (engine_options or {}):
             event.listen(core, "checkout", _closed_by_server)
         return core
 

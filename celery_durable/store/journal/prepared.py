@@ -54,10 +54,6 @@ class Prepared:
 
     def execute(self, conn: Connection, row: dict[str, Any]) -> CursorResult[Any]:
         """Run the statement with ``row``'s values (its bind parameters by name)."""
-        return conn.exec_driver_sql(self.sql, self.parameters(row), execution_options=_OPTIONS)
-
-    def parameters(self, row: dict[str, Any]) -> Any:
-        """The driver's parameters for ``row``'s values."""
         values = row
         if self._fixed or self._processors:
             values = {**self._fixed, **row}
@@ -67,4 +63,4 @@ class Prepared:
             parameters: Any = tuple([values[name] for name in self._names])
         else:
             parameters = {name: values[name] for name in self._names}
-        return parameters
+        return conn.exec_driver_sql(self.sql, parameters, execution_options=_OPTIONS)

@@ -176,10 +176,12 @@ class SqlJournal:
         self.ordered_categories = frozenset(ordered_categories)
         engine_url, secrets = split_secrets(self._sa_url)
         self.database = database_for(engine_url, self.url, sqlite_synchronous=sqlite_synchronous)
-        # Every database: a pooled connection the server dropped while it sat idle (restart,
-        # failover, idle_session_timeout, a proxy's cut) is replaced at checkout, before a
-        # statement fails on it (docs/journal.md, "Engine options").
-        options = self.database.engine_options({"echo": echo, **ENGINE_DEFAULTS}, engine_options)
+        # Each server database replaces at checkout a pooled connection the server dropped
+        # while it sat idle (restart, failover, idle_session_timeout, a proxy's cut), before a
+        # statement fails on it: PostgreSQL and PyMySQL by a look at its socket
+        # (:func:`.database.refuse_if_closed`), mysqlclient by pool_pre_ping. SQLite has no
+        # server to drop a connection to a file, and no check (docs/journal.md, "Engine options").
+        options = self.database.engine_options({"echo": echo}, engine_options)
         connect_args: dict[str, Any] = {**self.database.connect_args(), **secrets}
         options["connect_args"] = {**connect_args, **options.get("connect_args", {})}
         # ``_core`` serves the journal's own statements; ``engine`` is what everyone else gets
@@ -619,13 +621,6 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
         query = query.where(_events.c.category == category)
     return query.order_by(_events.c.position).limit(limit)
 
-
-#: Engine options for every database (the database's own, :meth:`.Database.engine_options`,
-#: then ``engine_options`` override them): a connection is checked when it leaves the pool
-#: (PostgreSQL and PyMySQL look at the socket instead, :func:`.database.refuse_if_closed`;
-#: SQLite, without a server, checks nothing), so that one the server closed is replaced
-#: instead of failing.
-ENGINE_DEFAULTS: Mapping[str, Any] = {"pool_pre_ping": True}
 
 _PREPARED_ROWS = 3
 """Appends of at most this many rows run the prepared statement row by row."""

@@ -75,14 +75,6 @@ class SqliteDatabase(Database):
     def connect_args(self) -> dict[str, Any]:
         return {"timeout": SQLITE_BUSY_TIMEOUT_S}
 
-    def engine_options(
-        self, options: dict[str, Any], engine_options: Mapping[str, Any] | None
-    ) -> dict[str, Any]:
-        # No pre-ping: no server can close a connection to a file behind the pool's back, and
-        # its SELECT 1 at every checkout cost ~5 µs of a durable step (2026-12-06). The
-        # caller's own ``pool_pre_ping`` still wins.
-        return {**options, "pool_pre_ping": False, **(engine_options or {})}
-
     def listen(self, core: Engine, engine_options: Mapping[str, Any] | None) -> Engine:
         # Two views of one pool. The journal's own write transactions emit BEGIN IMMEDIATE
         # themselves (begin_write). ``journal.engine``, for everyone else, carries SQLAlchemy's
