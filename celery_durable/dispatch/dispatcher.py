@@ -39,7 +39,7 @@ from celery_durable.dispatch.pruning import PruneJob
 from celery_durable.dispatch.publisher import Publisher
 from celery_durable.dispatch.recorder import Recorder, Recording, Stored
 from celery_durable.dispatch.resender import Resender
-from celery_durable.dispatch.state_cache import StateCache
+from celery_durable.dispatch.state_cache import WINDOW_AHEAD, StateCache
 from celery_durable.message import Resend
 from celery_durable.observability import signals
 from celery_durable.store.lease import default_owner
@@ -215,6 +215,8 @@ class Dispatcher:
             )
         self.resender.resend(now)
         self.pruning.poke(now)
+        # Idle until the next due time: read the states of what is due then (D13).
+        self.cache.read_states_ahead(self.runtime.now() + WINDOW_AHEAD, self.runtime.now)
         done = self.runtime.now()
         self.leases.ticked(done)  # the heartbeats `celery durable health` reads (O3)
         return self._sleep_after(done)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from celery_durable.core.ids import schedule_stream
@@ -36,8 +37,12 @@ WINDOW = timedelta(seconds=60)
 reads the rows due within this of the clock's time, not every schedule's."""
 
 WINDOW_AHEAD = timedelta(seconds=2)
-"""How long before the next window's first due time the dispatcher reads it, so that the read
-does not delay the runs due then."""
+"""How long before the next window's first due time the dispatcher reads it, and before a
+schedule's due time it reads the schedule's state from its row, so that neither read delays
+the runs due then."""
+
+STATES_AHEAD_BATCH = 1000
+"""Index rows read per query when states are read ahead of their due times."""
 
 INDEX_CHECKPOINT = timedelta(seconds=1)
 """How often the projection's read position is saved with the rows that lag behind it (D2).
@@ -69,6 +74,9 @@ class StateCache:
         """The index rows due up to this are in the heap (or their schedule is cached)."""
         self._beyond: datetime | None = None
         """The earliest ``next_due`` of a row past the horizon; ``None``: no row is due later."""
+        self._unread: deque[tuple[datetime, str]] = deque()
+        """``(next_due, schedule_id)`` of the rows read into the heap, earliest first, whose
+        states are read ahead of that time (:meth:`read_states_ahead`)."""
         self.held: frozenset[int] | None = None
         """The partitions this cache keeps (D10); ``None``: every schedule."""
 
@@ -87,6 +95,7 @@ class StateCache:
         self._dirty.clear()
         self._heap.clear()
         self._attention.clear()
+        self._unread.clear()
         self.position = self.index.position(held=held)
         self._read_window(None, now + WINDOW)
         self.refresh(now)
@@ -127,6 +136,7 @@ class StateCache:
             self._heap.clear()
             self._attention.clear()
             self._horizon = self._beyond = None  # every state is cached: no row to read
+            self._unread.clear()
             for sid, state in self.states.items():
                 self.watch(sid, attention_of(state, self.index.live))
             return
@@ -214,9 +224,30 @@ class StateCache:
         rows, self._beyond = self.index.attention_window(after, upto, self.held)
         self._horizon = upto
         states = self.states
-        for sid, when in rows:
-            if sid not in states:
-                self.watch(sid, when)
+        unread = sorted((when, sid) for sid, when in rows if sid not in states)
+        for when, sid in unread:
+            self.watch(sid, when)
+        self._unread.extend(unread)  # the windows follow each other: still earliest first
+
+    def read_states_ahead(self, until: datetime, clock: Callable[[], datetime]) -> None:
+        """Read from their index rows the states of the schedules due by ``until`` that are not
+        cached, a batch at a time, while nothing is due (the clock has not reached the
+        earliest attention time): at their due time they are decided without a read.
+
+        A burst due at midnight, say, has its states in memory when midnight comes."""
+        unread, states = self._unread, self.states
+        while unread and unread[0][0] <= until:
+            if self._heap and self._heap[0][0] <= clock():
+                return  # something is due: the dispatcher reads what it needs itself
+            batch: list[str] = []
+            while unread and unread[0][0] <= until and len(batch) < STATES_AHEAD_BATCH:
+                sid = unread.popleft()[1]
+                if sid not in states:
+                    batch.append(sid)
+            if batch:
+                self.states_of(batch)
+                for sid in batch:  # cached: followed by its state from now on
+                    self.watch(sid, attention_of(states[sid], self.index.live))
 
     def _read_ahead(self, now: datetime) -> None:
         """Read the windows of index rows whose first due time is this close
@@ -243,14 +274,19 @@ class StateCache:
 
     def first_attention(self) -> datetime | None:
         """When the dispatcher must next look: the earliest attention time on the heap
-        (dropping entries that were replaced), or the moment to read the next window."""
+        (dropping entries that were replaced), or the moment to read the next window or the
+        states of the schedules due next (:data:`WINDOW_AHEAD` before)."""
         while self._heap and self._attention.get(self._heap[0][1]) != self._heap[0][0]:
             heapq.heappop(self._heap)
         first = self._heap[0][0] if self._heap else None
-        if self._beyond is None:
-            return first
-        read_at = self._beyond - WINDOW_AHEAD
-        return read_at if first is None else min(first, read_at)
+        unread, states = self._unread, self.states
+        while unread and unread[0][1] in states:
+            unread.popleft()
+        reads = [
+            *([self._beyond - WINDOW_AHEAD] if self._beyond is not None else []),
+            *([unread[0][0] - WINDOW_AHEAD] if unread else []),
+        ]
+        return min([*reads, *([first] if first is not None else [])], default=None)
 
     @property
     def watching(self) -> frozenset[str]:

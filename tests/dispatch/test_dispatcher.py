@@ -542,6 +542,91 @@ def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
     dispatcher.close()
 
 
+def test_each_round_of_a_burst_is_decided_and_stored_before_any_of_its_runs_is_sent(
+    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A6 in a burst: when a round's messages go out, every run among them is decided in
+    the journal already (while the round before is being recorded in the background)."""
+    from celery_durable.dispatch.publisher import Publisher
+
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
+    for i in range(130):  # four rounds: 40, 40, 40, 10
+        any_durable.schedules.create(
+            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
+        )
+    dispatcher = any_durable.dispatcher()
+    dispatcher.tick()
+    sent_rounds: list[int] = []
+    undecided_when_sent: list[str] = []
+    real_send = Publisher.send
+
+    def send(self, runs, now, *, batch_size):  # type: ignore[no-untyped-def]
+        decided = {_run_id(r) for r in _runs_by_type(any_durable).get("RunDecided", [])}
+        undecided_when_sent.extend(p.run_id for _, p in runs if p.run_id not in decided)
+        sent_rounds.append(len(runs))
+        return real_send(self, runs, now, batch_size=batch_size)
+
+    monkeypatch.setattr(Publisher, "send", send)
+    clock.advance(seconds=61)
+    dispatcher.tick()
+    assert sent_rounds == [40, 40, 40, 10]
+    assert undecided_when_sent == [], "a run was sent before its decision was stored"
+    ids = broker.ids()
+    assert len(ids) == len(set(ids)) == 130
+    runs = _runs_by_type(any_durable)
+    assert sorted(runs["RunDecided"]) == sorted(runs["RunStarted"])
+    dispatcher.close()
+
+
+def test_a_bursts_round_whose_decisions_cannot_be_stored_is_not_sent_until_they_are(
+    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal fails while the writer stores the next round's decisions: the tick raises,
+    none of that round is sent, the round before it is sent and recorded once, and the next
+    tick decides and sends the rest."""
+    from celery_durable.store.memory import MemoryUnitOfWork
+    from celery_durable.store.sql_store import SqlStore, SqlUnitOfWork
+
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
+    for i in range(100):
+        any_durable.schedules.create(
+            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
+        )
+    dispatcher = any_durable.dispatcher()
+    dispatcher.tick()
+    unit_class = (
+        SqlUnitOfWork if isinstance(any_durable.runtime.store, SqlStore) else MemoryUnitOfWork
+    )
+    real = unit_class.append
+    calls = 0
+
+    def failing_once(unit, appends):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        if any(e.type == "RunDecided" for a in appends for e in a.events):  # a round's decisions
+            calls += 1
+            if calls == 2:
+                raise ConnectionError("journal connection lost")
+        return real(unit, appends)
+
+    monkeypatch.setattr(unit_class, "append", failing_once)
+    clock.advance(seconds=61)
+    with pytest.raises(ConnectionError):
+        dispatcher.tick()
+    first = broker.ids()
+    runs = _runs_by_type(any_durable)
+    assert len(first) == len(runs["RunDecided"]) == 40, "only the first round was decided"
+    assert set(first) == _run_ids(runs)
+    assert sorted(runs["RunStarted"]) == sorted(runs["RunDecided"])
+    clock.advance(seconds=1)
+    dispatcher.tick()
+    again = broker.ids()
+    assert len(again) == 60 and not set(again) & set(first)
+    runs = _runs_by_type(any_durable)
+    assert len(runs["RunDecided"]) == len(set(runs["RunDecided"])) == 100
+    assert sorted(runs["RunStarted"]) == sorted(runs["RunDecided"])
+    dispatcher.close()
+
+
 def _run_id(decided: str) -> str:
     sid, due = decided.split("@", 1)
     from celery_durable.core.codec import time_from_json

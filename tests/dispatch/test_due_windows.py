@@ -92,3 +92,46 @@ def test_a_beat_taking_over_watches_a_schedule_whose_row_is_newer_than_the_saved
     heir = make_durable().dispatcher(owner="heir", poll_interval=60)
     seen = run_until(heir, clock, T0 + timedelta(minutes=20, seconds=1), redis_url)
     assert seen == [run_id("late", T0 + timedelta(minutes=20))]
+
+
+def test_a_running_beat_reads_the_states_of_a_coming_burst_before_its_due_time(
+    make_durable: Callable[[], Durable], clock: FakeClock, redis_url: str
+) -> None:
+    """Schedules due together at T, seen by a beat started well before: the beat wakes
+    ``WINDOW_AHEAD`` before T and reads their states then, so that at T it decides and sends
+    them without reading a row; each is still sent once, at T, not before."""
+    from celery_durable.dispatch.state_cache import WINDOW_AHEAD
+
+    setup = make_durable()
+    for k in range(30):
+        setup.schedules.create(f"m{k:02d}", "backup", f"/srv/{k}", Every(HOUR))
+    due = clock.now + HOUR
+    primer = setup.dispatcher(owner="primer", poll_interval=60)
+    primer.tick()  # the index rows and their read position
+    primer.close()
+
+    clock.set(due - timedelta(seconds=30))
+    dispatcher = make_durable().dispatcher(owner="beat", poll_interval=60)
+    sleep = dispatcher.tick()
+    assert not dispatcher.cache.states, "nothing is read 30 s ahead"
+    assert clock.now + timedelta(seconds=sleep) == due - WINDOW_AHEAD
+    clock.advance(seconds=sleep)
+    sleep = dispatcher.tick()
+    assert sent_ids(redis_url) == []
+    assert set(dispatcher.cache.states) == {f"m{k:02d}" for k in range(30)}
+    assert clock.now + timedelta(seconds=sleep) == due
+
+    reads: list[list[str]] = []
+    real_load = dispatcher.index.load
+
+    def counted_load(schedule_ids=None):  # type: ignore[no-untyped-def]
+        reads.append(list(schedule_ids or []))
+        return real_load(schedule_ids)
+
+    dispatcher.index.load = counted_load  # type: ignore[method-assign]
+    clock.advance(seconds=sleep)
+    dispatcher.tick()
+    assert reads == [], "the states at T were read from their rows again"
+    assert sorted(sent_ids(redis_url)) == sorted(run_id(f"m{k:02d}", due) for k in range(30))
+    assert run_until(dispatcher, clock, due + timedelta(minutes=5), redis_url) == []
+    dispatcher.close()

@@ -1,6 +1,7 @@
 # ruff: noqa: E501
-"""``burst``: N schedules all due at once, under a real ``celery beat`` subprocess and under the
-in-process ``dispatcher().tick()`` loop (with where the time goes)."""
+"""``burst``: N schedules all due at once, under a real ``celery beat`` subprocess (due at its
+launch, and due while it runs: :mod:`.burst_running`) and under the in-process
+``dispatcher().tick()`` loop (with where the time goes)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from celery_durable import Durable
 
-from . import floor
+from . import burst_running, floor
 from .common import (
     RESULTS,
     ROOT,
@@ -266,6 +267,7 @@ def run(a: argparse.Namespace, rec: Recorder) -> None:
             floor.run(a, rec, n, rep)  # the same run's floors, beside each repetition
             for backend in a.backends:
                 burst_beat_once(a, backend, n, rep, rec)
+                burst_running.once(a, backend, n, rep, rec)
                 burst_tick_once(a, backend, n, rep, rec)
     if a.profile:
         for backend in a.backends:
@@ -336,6 +338,7 @@ def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
                         f"| {fmt([x['msgs_per_s'] for x in rows], 0)} |"
                     )
         out.extend(floor.table_lines(rec, n))
+        out.extend(burst_running.table_lines(rec, n))
         pg = bb["postgres"]
         if pg:
             d_all = med([x["t_all_started_s"] for x in pg])
