@@ -364,6 +364,55 @@ def test_read_all_by_category_uses_the_category_index(sqlite_url: str) -> None:
         j.close()
 
 
+def test_a_bulk_appends_guard_reads_the_stream_index_not_the_whole_table_on_postgres(
+    pg_url: str,
+) -> None:
+    """The dispatcher's append of a thousand streams at once first reads their versions (A8).
+    On PostgreSQL that read must probe the ``(stream, version)`` index per stream: a scan of
+    the events table would cost every burst round time that grows with the journal."""
+    from sqlalchemy.engine import Engine
+
+    j = SqlJournal(pg_url)
+    try:
+        j.ensure_ready()
+        for batch in range(4):  # 20,000 streams of one event each
+            j.append_many(
+                [
+                    Append(stream=f"schedule/s{batch}-{i:04d}", expected_version=0, events=[ev()])
+                    for i in range(5000)
+                ]
+            )
+        with j.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE celery_durable_events")
+            conn.commit()
+        seen: list[tuple[str, Any]] = []
+
+        def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+            if "max(" in statement.lower() and not executemany:
+                seen.append((statement, parameters))
+
+        sa.event.listen(Engine, "before_cursor_execute", capture)
+        try:
+            j.append_many(
+                [
+                    Append(stream=f"schedule/s1-{i:04d}", expected_version=1, events=[ev()])
+                    for i in range(1000)
+                ]
+            )
+        finally:
+            sa.event.remove(Engine, "before_cursor_execute", capture)
+        assert len(seen) == 1, seen
+        statement, parameters = seen[0]
+        with j.engine.connect() as conn:
+            plan = "\n".join(
+                str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters)
+            )
+        assert "Seq Scan on celery_durable_events" not in plan, plan
+        assert "uq_celery_durable_events" in plan or "Index" in plan, plan
+    finally:
+        j.close()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

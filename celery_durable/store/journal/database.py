@@ -26,6 +26,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     exists,
+    func,
     insert,
     literal,
     or_,
@@ -238,6 +239,17 @@ class Database:
     def one_of(self, column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
         """``column IN values``."""
         return column.in_(values)
+
+    def stream_heads(self, conn: Connection, streams: Sequence[str]) -> dict[str, int]:
+        """The current version of each of these streams that has events (a bulk append's
+        guard, A8): ``max(version)`` per stream, read through the ``(stream, version)`` index."""
+        events = schema.events
+        query = (
+            select(events.c.stream, func.max(events.c.version))
+            .where(self.one_of(events.c.stream, streams))
+            .group_by(events.c.stream)
+        )
+        return {stream: int(version) for stream, version in conn.execute(query)}
 
     def return_space(
         self, engine: Engine, write_connection: WriteConnection, more: Callable[[], bool]

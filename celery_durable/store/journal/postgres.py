@@ -12,7 +12,18 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, Table, any_, bindparam, event, func, literal, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    String,
+    Table,
+    any_,
+    bindparam,
+    event,
+    func,
+    literal,
+    select,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -52,6 +63,21 @@ _INSERT_LOCKED_STMT = insert_statement(
     ).subquery("category_lock")
 )
 _COPY_COLUMNS = ("stream", "version", "category", "type", "data", "recorded_at")
+
+_names = (
+    func.unnest(bindparam("streams", type_=ARRAY(String)))
+    .table_valued("stream")
+    .render_derived(name="names")
+)
+_events = schema.events.alias("e")
+_STREAM_HEADS = select(
+    _names.c.stream,
+    select(func.max(_events.c.version))
+    .where(_events.c.stream == _names.c.stream)
+    .scalar_subquery(),
+)
+"""``(stream, max(version))`` for each name of ``:streams``, ``NULL`` for a stream with no
+events: :meth:`PostgresDatabase.stream_heads`."""
 
 
 class PostgresDatabase(Database):
@@ -100,6 +126,14 @@ class PostgresDatabase(Database):
         whatever the number of values (neither SQLAlchemy nor psycopg renders and parses a
         placeholder per value, measurable with 1,000 of them)."""
         return column == any_(literal(list(values), type_=ARRAY(column.type)))
+
+    def stream_heads(self, conn: Connection, streams: Sequence[str]) -> dict[str, int]:
+        """One index probe per stream (``unnest`` of the names, a ``max`` per name): the
+        ``GROUP BY`` over ``= ANY(...)`` is planned as a sequential scan of the whole events
+        table once a thousand streams are asked for, even with fresh statistics (17 ms at
+        100,000 events, growing with the table, against 6 ms: measured 2026-12-06)."""
+        rows = conn.execute(_STREAM_HEADS, {"streams": list(streams)})
+        return {stream: int(version) for stream, version in rows if version is not None}
 
     def locked_insert(self, category: str, rows: Sequence[dict[str, Any]]) -> Any:
         key = self._key(category)

@@ -473,12 +473,7 @@ class SqlJournal:
         names = [a.stream for a in appends]
         current: dict[str, int] = {}
         for start in range(0, len(names), 1000):
-            query = (
-                select(_events.c.stream, func.max(_events.c.version))
-                .where(self.database.one_of(_events.c.stream, names[start : start + 1000]))
-                .group_by(_events.c.stream)
-            )
-            current.update((stream, int(version)) for stream, version in conn.execute(query))
+            current.update(self.database.stream_heads(conn, names[start : start + 1000]))
         conflict = first_misfit(appends, lambda stream: current.get(stream, 0))
         if conflict is not None:
             state.failed = True
@@ -510,13 +505,7 @@ class SqlJournal:
         try:
             with self._core.connect() as reader:
                 for start in range(0, len(streams), 500):
-                    chunk = streams[start : start + 500]
-                    query = (
-                        select(_events.c.stream, func.max(_events.c.version))
-                        .where(self.database.one_of(_events.c.stream, chunk))
-                        .group_by(_events.c.stream)
-                    )
-                    heads.update({s: int(v) for s, v in reader.execute(query).all()})
+                    heads.update(self.database.stream_heads(reader, streams[start : start + 500]))
         except DBAPIError:
             log.warning("could not read stream heads to explain an append conflict", exc_info=True)
             return AppendConflict("append conflict", stream=None, expected_version=None)
