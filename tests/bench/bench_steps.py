@@ -6,7 +6,8 @@ repetition, in one process:
 
 * ``durable`` -- a 1,000-step durable task run through ``task.apply()`` (the whole delivery
   machinery: read, claim, steps, end); per-step latency measured around each step call in the
-  body, plus statements and commits counted with SQLAlchemy events;
+  body, plus statements and commits counted (SQLite: as SQLite runs them, by its trace;
+  PostgreSQL and MySQL: with SQLAlchemy events on the journal's engine);
 * ``floor``   -- 1,000 bare single-row ``INSERT`` + ``COMMIT`` with SQLAlchemy Core into a side
   table with the same settings (same SQLite directory and pragmas, same PostgreSQL schema);
   after the durable run, or with ``--interleave`` one floor transaction after each step inside
@@ -108,22 +109,52 @@ def build_app(
     return durable, steps, crash, latencies
 
 
-def count_sql(engine: sa.Engine, ignore: sa.Engine | None = None) -> dict[str, int]:
-    """Count statements and commits on connections to ``engine``'s URL (any derived engine),
-    but not those of ``ignore`` (the interleaved floor's, on the same database)."""
+def count_sql(engine: sa.Engine) -> dict[str, int]:
+    """Count statements and commits on connections of ``engine`` (the journal's own engine,
+    whose listeners the engine it lends out, ``journal.engine``, shares); not the class
+    ``Engine``'s, which would also count the floor's and, on SQLite, change the journal's path
+    (:func:`trace_sqlite`)."""
     counts = {"statements": 0, "commits": 0}
-    url = str(engine.url)
 
-    def on_exec(conn: Any, *_a: Any) -> None:
-        if conn.engine is not ignore and str(conn.engine.url) == url:
+    def on_exec(*_a: Any) -> None:
+        counts["statements"] += 1
+
+    def on_commit(*_a: Any) -> None:
+        counts["commits"] += 1
+
+    event.listen(engine, "before_cursor_execute", on_exec)
+    event.listen(engine, "commit", on_commit)
+    return counts
+
+
+def trace_sqlite(engine: sa.Engine) -> dict[str, int]:
+    """Count statements and commits as SQLite runs them, on every connection ``engine``'s pool
+    makes from now on (call it before the first one). Not with SQLAlchemy's statement events:
+    a listener of those makes the journal send its hot statements through SQLAlchemy
+    (celery_durable/store/journal/direct.py), which is not what a worker runs.
+
+    SQLite's trace reports a statement once more for each trigger it fires (the events table's
+    gap guard), with the same text: consecutive repeats count once. A commit is a ``COMMIT``
+    or a write outside a transaction (autocommit: its own transaction)."""
+    counts = {"statements": 0, "commits": 0}
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        last: list[str | None] = [None]
+
+        def traced(sql: str) -> None:
+            if sql == last[0]:
+                return
+            last[0] = sql
             counts["statements"] += 1
+            head = sql.lstrip()[:6].upper()
+            if head == "COMMIT" or (
+                head in ("INSERT", "UPDATE", "DELETE", "REPLAC") and not dbapi_conn.in_transaction
+            ):
+                counts["commits"] += 1
 
-    def on_commit(conn: Any) -> None:
-        if conn.engine is not ignore and str(conn.engine.url) == url:
-            counts["commits"] += 1
+        dbapi_conn.set_trace_callback(traced)
 
-    event.listen(sa.Engine, "before_cursor_execute", on_exec)
-    event.listen(sa.Engine, "commit", on_commit)
+    event.listen(engine.pool, "connect", on_connect)
     return counts
 
 
@@ -230,10 +261,11 @@ def bench_backend(
 
         around = {"between": between}
     durable, task, crash, latencies = build_app(url, synchronous, around)
+    traced = trace_sqlite(durable.journal.engine) if kind.startswith("sqlite") else None
     # warm-up: connections, tables, caches
     task.apply((50,), task_id=f"warm-{uuid.uuid4()}").get()
     time_floor(floor, 50, "warm")
-    counts = count_sql(durable.journal.engine, ignore=floor)
+    counts = traced if traced is not None else count_sql(durable.journal._core)
     rows = []
     for rep in range(reps):
         latencies.clear()
