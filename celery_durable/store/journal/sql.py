@@ -690,7 +690,8 @@ _PREPARED_ROWS = 3
 
 
 def _fetch_all(cursor: Any) -> list[Any]:
-    return list(cursor.fetchall())
+    rows: list[Any] = cursor.fetchall()
+    return rows
 
 
 def _same(value: Any) -> Any:
