@@ -75,6 +75,8 @@ branch (S4: step 0 of branch 1 of the parallel call at position 3). Stored as JS
 
 def position_id(value: Any) -> PositionId:
     """A stored position as the fold keys it: an int, or a dotted str (W9)."""
+    if type(value) is int:  # the straight line's (a replay folds one per step)
+        return value
     if isinstance(value, str) and "." in value:
         return value
     return int(value)
@@ -161,7 +163,7 @@ def _position(state: RunState, data: Mapping[str, Any]) -> Position:
     pos = position_id(data["position"])
     record = state.positions.get(pos)
     if record is None:
-        record = state.positions[pos] = Position(name=data["name"], kind=data["kind"])
+        record = state.positions[pos] = Position(data["name"], data["kind"])
         if isinstance(pos, str):
             state.branch_calls.update(calls_of(pos))
     return record
@@ -414,7 +416,18 @@ def stored_at(state: RunState, position: PositionId, name: str, kind: str) -> Po
 def unreached(state: RunState, reached: int) -> Position | None:
     """A stored position at or after ``reached`` that a body which ended there never asked for
     (a branch position counts as its parallel call's top-level position)."""
-    for pos in sorted(state.positions, key=position_order):
-        if position_order(pos)[0] >= reached:
-            return state.positions[pos]
-    return None
+    # One pass instead of sorting every position (a replay's end looks past 1,000 steps).
+    first: tuple[int, ...] | None = None
+    found = None
+    for pos in state.positions:
+        if type(pos) is int:
+            if pos < reached:
+                continue
+            order: tuple[int, ...] = (pos,)
+        else:
+            order = position_order(pos)
+            if order[0] < reached:
+                continue
+        if first is None or order < first:
+            first, found = order, pos
+    return None if found is None else state.positions[found]

@@ -72,7 +72,11 @@ def make_step(
             return fun(*args, **kwargs)
         found = run.tracer
         if found is None:
-            return run_step(run, stored_name, "step", policy, fun, args, kwargs)
+            reached = run.reach(stored_name, "step")
+            record = reached[1]
+            if record is not None and record.status == "completed":
+                return record.result  # replayed (W2): what run_step would return first
+            return run_step(run, stored_name, "step", policy, fun, args, kwargs, None, reached)
         # Traced: the position first, so that the span starts with all it says (replayed,
         # attempt) and is never changed afterwards but by an inline retry.
         reached = run.reach(stored_name, "step")

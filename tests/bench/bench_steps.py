@@ -6,7 +6,8 @@ repetition, in one process:
 
 * ``durable`` -- a 1,000-step durable task run through ``task.apply()`` (the whole delivery
   machinery: read, claim, steps, end); per-step latency measured around each step call in the
-  body, plus statements and commits counted with SQLAlchemy events;
+  body, plus statements and commits counted (SQLite: as SQLite runs them, by its trace;
+  PostgreSQL and MySQL: with SQLAlchemy events on the journal's engine);
 * ``floor``   -- 1,000 bare single-row ``INSERT`` + ``COMMIT`` with SQLAlchemy Core into a side
   table with the same settings (same SQLite directory and pragmas, same PostgreSQL schema);
   after the durable run, or with ``--interleave`` one floor transaction after each step inside
@@ -14,7 +15,7 @@ repetition, in one process:
   machine, where the load changes between a run and the floor measured after it);
 * ``replay``  -- SQLite: a second delivery of a run whose 1,000 step results are all stored
   (the first delivery was killed after the last step): one read, 1,000 steps served from memory,
-  one final append.
+  one final append; wall clock and the process's CPU time (which waiting for a CPU does not add to).
 
 Then, as subprocesses, the peers' own scripts (not copied): ``bench_floor.py`` and
 ``bench_dbos.py`` from ``--peers`` (default ``/work/shared/peers``) run by the Python of
@@ -108,22 +109,52 @@ def build_app(
     return durable, steps, crash, latencies
 
 
-def count_sql(engine: sa.Engine, ignore: sa.Engine | None = None) -> dict[str, int]:
-    """Count statements and commits on connections to ``engine``'s URL (any derived engine),
-    but not those of ``ignore`` (the interleaved floor's, on the same database)."""
+def count_sql(engine: sa.Engine) -> dict[str, int]:
+    """Count statements and commits on connections of ``engine`` (the journal's own engine,
+    whose listeners the engine it lends out, ``journal.engine``, shares); not the class
+    ``Engine``'s, which would also count the floor's and, on SQLite, change the journal's path
+    (:func:`trace_sqlite`)."""
     counts = {"statements": 0, "commits": 0}
-    url = str(engine.url)
 
-    def on_exec(conn: Any, *_a: Any) -> None:
-        if conn.engine is not ignore and str(conn.engine.url) == url:
+    def on_exec(*_a: Any) -> None:
+        counts["statements"] += 1
+
+    def on_commit(*_a: Any) -> None:
+        counts["commits"] += 1
+
+    event.listen(engine, "before_cursor_execute", on_exec)
+    event.listen(engine, "commit", on_commit)
+    return counts
+
+
+def trace_sqlite(engine: sa.Engine) -> dict[str, int]:
+    """Count statements and commits as SQLite runs them, on every connection ``engine``'s pool
+    makes from now on (call it before the first one). Not with SQLAlchemy's statement events:
+    a listener of those makes the journal send its hot statements through SQLAlchemy
+    (celery_durable/store/journal/direct.py), which is not what a worker runs.
+
+    SQLite's trace reports a statement once more for each trigger it fires (the events table's
+    gap guard), with the same text: consecutive repeats count once. A commit is a ``COMMIT``
+    or a write outside a transaction (autocommit: its own transaction)."""
+    counts = {"statements": 0, "commits": 0}
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        last: list[str | None] = [None]
+
+        def traced(sql: str) -> None:
+            if sql == last[0]:
+                return
+            last[0] = sql
             counts["statements"] += 1
+            head = sql.lstrip()[:6].upper()
+            if head == "COMMIT" or (
+                head in ("INSERT", "UPDATE", "DELETE", "REPLAC") and not dbapi_conn.in_transaction
+            ):
+                counts["commits"] += 1
 
-    def on_commit(conn: Any) -> None:
-        if conn.engine is not ignore and str(conn.engine.url) == url:
-            counts["commits"] += 1
+        dbapi_conn.set_trace_callback(traced)
 
-    event.listen(sa.Engine, "before_cursor_execute", on_exec)
-    event.listen(sa.Engine, "commit", on_commit)
+    event.listen(engine.pool, "connect", on_connect)
     return counts
 
 
@@ -230,10 +261,11 @@ def bench_backend(
 
         around = {"between": between}
     durable, task, crash, latencies = build_app(url, synchronous, around)
+    traced = trace_sqlite(durable.journal.engine) if kind.startswith("sqlite") else None
     # warm-up: connections, tables, caches
     task.apply((50,), task_id=f"warm-{uuid.uuid4()}").get()
     time_floor(floor, 50, "warm")
-    counts = count_sql(durable.journal.engine, ignore=floor)
+    counts = traced if traced is not None else count_sql(durable.journal._core)
     rows = []
     for rep in range(reps):
         latencies.clear()
@@ -262,14 +294,18 @@ def bench_backend(
     if kind.startswith("sqlite"):
         if around is not None:
             around.pop("between")  # a replay's own time only
-        result["replay_ms"] = bench_replay(task, crash, steps_n, reps)
+        result["replay_cpu_ms"] = []
+        result["replay_ms"] = bench_replay(task, crash, steps_n, reps, result["replay_cpu_ms"])
     durable.close()
     floor.dispose()
     return result
 
 
-def bench_replay(task: Any, crash: dict[str, Any], steps_n: int, reps: int) -> list[float]:
-    """A delivery of a run whose ``steps_n`` results are all stored: replay cost (ms)."""
+def bench_replay(
+    task: Any, crash: dict[str, Any], steps_n: int, reps: int, cpu: list[float]
+) -> list[float]:
+    """A delivery of a run whose ``steps_n`` results are all stored: replay cost (ms, wall
+    clock); its CPU time (ms, the process's: what the load does not add) goes to ``cpu``."""
     times = []
     for _ in range(reps):
         run_id = f"replay-{uuid.uuid4()}"
@@ -278,9 +314,10 @@ def bench_replay(task: Any, crash: dict[str, Any], steps_n: int, reps: int) -> l
             task.apply((steps_n,), task_id=run_id)
         crash["on"] = False
         crash["offset"] += task.runtime.config.run_lease + 1  # the crashed claim has expired
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         task.apply((steps_n,), task_id=run_id).get()
         times.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
     return times
 
 
@@ -419,7 +456,9 @@ def summarize(results: dict[str, Any], peers: dict[str, Any]) -> None:
         if "replay_ms" in res:
             print(f"{'':14s} replay of a stored {len(rows) and 1000}-step body: "
                   f"median {_med(res['replay_ms']):.1f} ms (all: "
-                  f"{', '.join(f'{v:.1f}' for v in res['replay_ms'])})")  # fmt: skip
+                  f"{', '.join(f'{v:.1f}' for v in res['replay_ms'])}); CPU time median "
+                  f"{_med(res['replay_cpu_ms']):.1f} ms (all: "
+                  f"{', '.join(f'{v:.1f}' for v in res['replay_cpu_ms'])})")  # fmt: skip
     print("(DBOS on SQLite uses its own settings: rollback journal, synchronous=FULL; "
           "compare with the sqlite_full row.)")  # fmt: skip
 

@@ -17,10 +17,12 @@ from celery_durable.core.run_aggregate import (
     Ended,
     Mismatch,
     NotYet,
+    Position,
     Proceed,
     RunState,
     fold,
     on_delivery,
+    position_order,
     stored_at,
     unreached,
 )
@@ -83,6 +85,26 @@ def test_steps_fold_by_position() -> None:
     assert "position 0" in str(info.value) and "'a'" in str(info.value)
     assert info.value.expected == ("a", "step") and info.value.found == ("other", "step")
     assert unreached(state, 1) is b and unreached(state, 2) is None
+
+
+_POSITIONS = st.one_of(
+    st.integers(0, 12),
+    st.lists(st.integers(0, 4), min_size=3, max_size=5).map(lambda p: ".".join(map(str, p))),
+)
+
+
+@given(st.lists(_POSITIONS, max_size=20), st.integers(0, 14))
+def test_unreached_is_the_first_stored_position_in_order_at_or_after_the_end(
+    positions: list[Any], reached: int
+) -> None:
+    # The one-pass search (2026-12-06) finds what sorting every position found.
+    state = RunState()
+    for pos in positions:
+        state.positions[pos] = Position(str(pos), "step")
+    ordered = sorted(state.positions, key=position_order)
+    expected = next((p for p in ordered if position_order(p)[0] >= reached), None)
+    found = unreached(state, reached)
+    assert found is (None if expected is None else state.positions[expected])
 
 
 def test_delivery_decisions() -> None:

@@ -118,6 +118,9 @@ class Database:
     #: a plain :data:`VALUES_INSERT` instead of :data:`PLAIN_INSERT`'s ``WHERE`` clause, and
     #: :meth:`is_version_conflict` knows the table's refusal.
     refuses_gaps = False
+    #: Whether a step's append and a run's read go to the driver's own connections when
+    #: nothing listens to SQLAlchemy's (SQLite: :mod:`.direct`).
+    direct_statements = False
 
     def __init__(self, url: URL, shown: str) -> None:
         self.url = url

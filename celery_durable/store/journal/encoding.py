@@ -7,6 +7,7 @@ names (length, NUL, valid Unicode), versions, and data that survives a JSON roun
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -180,7 +181,7 @@ def first_misfit(
     return None
 
 
-_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 """Nineteen digits in a row: perhaps an int orjson would read as a float (beyond 64 bits)."""
 
 
@@ -203,6 +204,71 @@ def decode_data(text: str, position: Any) -> dict[str, Any]:
             f"event at position {position} holds data that is not JSON", position=position
         ) from None
     return data
+
+
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_NINETEEN_DIGITS = b"0" * 19
+
+
+def decode_many(texts: list[str], positions: Sequence[Any]) -> list[Any]:
+    """:func:`decode_data` of each text (a replay's read: its run's whole stream).
+
+    One look for a long run of digits over all the texts at once (every ASCII digit mapped to
+    ``0``, then a search for nineteen of them: ~15x faster than the regular expression; a line
+    break between two texts is not a digit) and one pass of orjson; when some text has such a
+    run, or one is not JSON orjson reads, each is read by :func:`decode_data` (the same values,
+    the same error)."""
+    try:
+        joined = "\n".join(texts).encode("utf-8", "surrogatepass")
+        if _NINETEEN_DIGITS not in joined.translate(_DIGITS_AS_ZERO):
+            return list(map(orjson.loads, texts))
+    except (TypeError, orjson.JSONDecodeError):
+        pass
+    return [decode_data(text, position) for text, position in zip(texts, positions, strict=True)]
+
+
+def _event_maker() -> Callable[..., StoredEvent]:
+    """A maker of :class:`StoredEvent` from its six fields in order, for the rows of a read.
+
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` with
+    keyword arguments (~1.5 µs); its slots set directly take ~0.6 µs. A class whose fields
+    are not these slots gets its own constructor."""
+    names = ("position", "stream", "version", "type", "data", "recorded_at")
+    slots = getattr(StoredEvent, "__slots__", ())
+    if tuple(f.name for f in dataclasses.fields(StoredEvent)) != names or set(slots) != set(names):
+        return lambda p, s, v, t, d, r: StoredEvent(  # pragma: no cover - a changed class
+            position=p, stream=s, version=v, type=t, data=d, recorded_at=r
+        )
+    setters = [vars(StoredEvent)[name].__set__ for name in names]
+    set_p, set_s, set_v, set_t, set_d, set_r = setters
+    new = object.__new__
+
+    def make(p: int, s: str, v: int, t: str, d: Any, r: Any) -> StoredEvent:
+        event = new(StoredEvent)
+        set_p(event, p)
+        set_s(event, s)
+        set_v(event, v)
+        set_t(event, t)
+        set_d(event, d)
+        set_r(event, r)
+        return event
+
+    return make
+
+
+_make_event = _event_maker()
+
+
+def stored_events(rows: Sequence[Any], recorded_at: Callable[[Any], Any]) -> list[StoredEvent]:
+    """The events of the driver's rows of ``(position, stream, version, type, data,
+    recorded_at)``, ``recorded_at`` read by the column type's result processor: what
+    :func:`_stored` makes of SQLAlchemy's rows of the same columns."""
+    datas = decode_many([row[4] for row in rows], [row[0] for row in rows])
+    make = _make_event
+    return [
+        make(int(position), stream, int(version), type_, data, recorded_at(at))
+        for (position, stream, version, type_, _, at), data in zip(rows, datas, strict=True)
+    ]
 
 
 def _stored(row: Any) -> StoredEvent:

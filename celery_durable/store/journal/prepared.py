@@ -52,15 +52,17 @@ class Prepared:
                 processors[name] = process
         self._processors = processors
 
-    def execute(self, conn: Connection, row: dict[str, Any]) -> CursorResult[Any]:
-        """Run the statement with ``row``'s values (its bind parameters by name)."""
+    def parameters(self, row: dict[str, Any]) -> Any:
+        """The driver's parameters for ``row``'s values (its bind parameters by name)."""
         values = row
         if self._fixed or self._processors:
             values = {**self._fixed, **row}
             for name, process in self._processors.items():
                 values[name] = process(values[name])
         if self._positional:
-            parameters: Any = tuple([values[name] for name in self._names])
-        else:
-            parameters = {name: values[name] for name in self._names}
-        return conn.exec_driver_sql(self.sql, parameters, execution_options=_OPTIONS)
+            return tuple([values[name] for name in self._names])
+        return {name: values[name] for name in self._names}
+
+    def execute(self, conn: Connection, row: dict[str, Any]) -> CursorResult[Any]:
+        """Run the statement with ``row``'s values (its bind parameters by name)."""
+        return conn.exec_driver_sql(self.sql, self.parameters(row), execution_options=_OPTIONS)

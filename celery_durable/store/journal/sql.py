@@ -47,12 +47,14 @@ from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
 from celery_durable.store.journal.database import PLAIN_INSERT, VALUES_INSERT, Database
+from celery_durable.store.journal.direct import DirectConnections
 from celery_durable.store.journal.encoding import (
     _check_int,
     _rows,
     _stored,
     encode_data,
     first_misfit,
+    stored_events,
 )
 from celery_durable.store.journal.errors import as_journal_error, one_line, translated
 from celery_durable.store.journal.mysql import MysqlDatabase
@@ -192,6 +194,13 @@ class SqlJournal:
         self._init_lock = threading.Lock()
         self._local = threading.local()  # .open: a transaction() is open in this thread
         self._prepared: dict[Any, Prepared] = {}  # statement (or its key) -> rendered form
+        # SQLite: a step's INSERT and a delivery's read on the driver's own connections (.direct)
+        self._direct = (
+            DirectConnections(self._core)
+            if self.database.direct_statements and DirectConnections.suits(self._core)
+            else None
+        )
+        self._recorded_at: Callable[[Any], Any] | None = None  # (its result processor)
         self._ready = False
         self._closed = False
         _track_for_fork(self)
@@ -255,6 +264,8 @@ class SqlJournal:
                 return
             self._closed = True
             self._ready = False
+        if self._direct is not None:
+            self._direct.close()
         self._core.dispose()
 
     def _after_fork_in_child(self) -> None:
@@ -262,6 +273,8 @@ class SqlJournal:
         # closing them (they still belong to the parent). A fresh lock too: a thread of the
         # parent may have held the old one at the instant of the fork.
         self._core.dispose(close=False)
+        if self._direct is not None:
+            self._direct.forget()
         self._init_lock = threading.Lock()
 
     # -- writing -----------------------------------------------------------------------------
@@ -363,6 +376,10 @@ class SqlJournal:
         autocommit mode, which is its own transaction (``Database.autocommits_one_row``)."""
         self._refuse_nesting()
         self.ensure_ready()
+        direct = self._direct
+        if direct is not None and direct.usable():
+            self._append_direct(direct, appends, rows[0])
+            return
         try:
             with self._core.connect() as conn:
                 self.database.autocommit(conn)
@@ -375,6 +392,27 @@ class SqlJournal:
                 conn.commit()  # nothing to send in autocommit mode; SQLAlchemy's bookkeeping
         except SQLAlchemyError as exc:
             raise as_journal_error(exc, self.url, "write to") from exc
+
+    def _append_direct(
+        self, direct: DirectConnections, appends: Sequence[Append], row: dict[str, Any]
+    ) -> None:
+        """:meth:`_append_alone` on SQLite, on the driver's own connection (:mod:`.direct`):
+        the same statement (the database refuses a gap, :attr:`Database.refuses_gaps`) and
+        the same errors."""
+        row["recorded_at"] = datetime.now(timezone.utc)
+        prepared = self._prepared.get(VALUES_INSERT)
+        if prepared is None:
+            prepared = self._prepared[VALUES_INSERT] = Prepared(VALUES_INSERT, self._core.dialect)
+        try:
+            count = direct.run(prepared.sql, prepared.parameters(row))
+        except (IntegrityError, OperationalError) as exc:
+            if not self.database.is_version_conflict(exc):
+                raise as_journal_error(exc, self.url, "write to") from exc
+            raise self._conflict(appends) from None
+        except SQLAlchemyError as exc:
+            raise as_journal_error(exc, self.url, "write to") from exc
+        if count != 1:  # pragma: no cover - the trigger raises instead
+            raise self._conflict(appends)
 
     def append_many(self, appends: Sequence[Append]) -> None:
         """Append to several streams in one transaction: all are stored or none.
@@ -528,9 +566,34 @@ class SqlJournal:
     def read_stream(self, stream: str, after_version: int = 0) -> list[StoredEvent]:
         """Events of one stream with version > ``after_version``, oldest first."""
         _check_int("after_version", after_version)
+        direct = self._direct
+        if direct is not None and direct.usable():
+            return self._read_stream_direct(direct, stream, after_version)
         with self._reading() as conn:
             rows = conn.execute(_READ_STREAM, {"stream": stream, "after": after_version}).all()
         return [_stored(row) for row in rows]
+
+    def _read_stream_direct(
+        self, direct: DirectConnections, stream: str, after_version: int
+    ) -> list[StoredEvent]:
+        """:meth:`read_stream` on SQLite, on the driver's own connection (:mod:`.direct`):
+        the same statement, the instants read by the column type's own result processor."""
+        self.ensure_ready()
+        dialect = self._core.dialect
+        prepared = self._prepared.get(_READ_STREAM)
+        if prepared is None:
+            prepared = self._prepared[_READ_STREAM] = Prepared(_READ_STREAM, dialect)
+        recorded_at = self._recorded_at
+        if recorded_at is None:
+            column_type = _events.c.recorded_at.type.dialect_impl(dialect)
+            processor = column_type.result_processor(dialect, None)
+            recorded_at = self._recorded_at = processor or _same
+        parameters = prepared.parameters({"stream": stream, "after": after_version})
+        try:
+            rows = direct.run(prepared.sql, parameters, _fetch_all)
+        except SQLAlchemyError as exc:
+            raise as_journal_error(exc, self.url, "read") from exc
+        return stored_events(rows, recorded_at)
 
     def read_streams(
         self, streams: Sequence[str], *, types: Collection[str] | None = None
@@ -613,6 +676,15 @@ def read_all_query(after_position: int, *, category: str | None, limit: int) -> 
 
 _PREPARED_ROWS = 3
 """Appends of at most this many rows run the prepared statement row by row."""
+
+
+def _fetch_all(cursor: Any) -> list[Any]:
+    rows: list[Any] = cursor.fetchall()
+    return rows
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def database_for(url: URL, shown: str, *, sqlite_synchronous: str = "FULL") -> Database:
