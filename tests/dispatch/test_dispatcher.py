@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -467,13 +468,7 @@ def _runs_by_type(durable: Durable) -> dict[str, list[str]]:
 def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
     any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
-    for i in range(130):  # four rounds: 40, 40, 40, 10
-        any_durable.schedules.create(
-            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
-        )
-    dispatcher = any_durable.dispatcher()
-    dispatcher.tick()
+    dispatcher = _burst_in_rounds(any_durable, monkeypatch, 130)  # rounds of 40, 40, 40, 10
     clock.advance(seconds=61)
     collector = gc.get_threshold(), gc.get_freeze_count()
     dispatcher.tick()
@@ -491,36 +486,48 @@ def test_a_burst_of_several_rounds_decides_sends_and_records_each_run_once(
     dispatcher.close()
 
 
-def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
-    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The journal fails while the writer stores a round's starts: the tick raises, every run
-    stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
+def _burst_in_rounds(durable: Durable, monkeypatch: pytest.MonkeyPatch, count: int) -> Any:
+    """``count`` schedules of ``Every(1 min)``, dispatched in rounds of 40, and a dispatcher
+    that has ticked once (their first due time is a minute later)."""
+    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
+    for i in range(count):
+        durable.schedules.create(f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1)))
+    dispatcher = durable.dispatcher()
+    dispatcher.tick()
+    return dispatcher
+
+
+def _burst_of_100_whose_second_append_fails(
+    durable: Durable, monkeypatch: pytest.MonkeyPatch, event_type: str
+) -> Any:
+    """100 schedules due in rounds of 40, and a dispatcher whose journal fails the second
+    append of ``event_type`` events (a round's decisions or starts) once."""
     from celery_durable.store.memory import MemoryUnitOfWork
     from celery_durable.store.sql_store import SqlStore, SqlUnitOfWork
 
-    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
-    for i in range(100):
-        any_durable.schedules.create(
-            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
-        )
-    dispatcher = any_durable.dispatcher()
-    dispatcher.tick()
-    unit_class = (
-        SqlUnitOfWork if isinstance(any_durable.runtime.store, SqlStore) else MemoryUnitOfWork
-    )
+    dispatcher = _burst_in_rounds(durable, monkeypatch, 100)
+    unit_class = SqlUnitOfWork if isinstance(durable.runtime.store, SqlStore) else MemoryUnitOfWork
     real = unit_class.append
     calls = 0
 
     def failing_once(unit, appends):  # type: ignore[no-untyped-def]
         nonlocal calls
-        if any(e.type == "RunStarted" for a in appends for e in a.events):  # a round's starts
+        if any(e.type == event_type for a in appends for e in a.events):
             calls += 1
             if calls == 2:
                 raise ConnectionError("journal connection lost")
         return real(unit, appends)
 
     monkeypatch.setattr(unit_class, "append", failing_once)
+    return dispatcher
+
+
+def test_a_round_whose_starts_cannot_be_stored_is_sent_again_after_the_failure(
+    any_durable: Durable, clock: FakeClock, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal fails while the writer stores a round's starts: the tick raises, every run
+    stays decided, and the next tick enqueues the unrecorded ones again with the same IDs."""
+    dispatcher = _burst_of_100_whose_second_append_fails(any_durable, monkeypatch, "RunStarted")
     clock.advance(seconds=61)
     collector = gc.get_threshold(), gc.get_freeze_count()
     with pytest.raises(ConnectionError):
@@ -549,13 +556,7 @@ def test_each_round_of_a_burst_is_decided_and_stored_before_any_of_its_runs_is_s
     the journal already (while the round before is being recorded in the background)."""
     from celery_durable.dispatch.publisher import Publisher
 
-    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
-    for i in range(130):  # four rounds: 40, 40, 40, 10
-        any_durable.schedules.create(
-            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
-        )
-    dispatcher = any_durable.dispatcher()
-    dispatcher.tick()
+    dispatcher = _burst_in_rounds(any_durable, monkeypatch, 130)  # rounds of 40, 40, 40, 10
     sent_rounds: list[int] = []
     undecided_when_sent: list[str] = []
     real_send = Publisher.send
@@ -584,31 +585,7 @@ def test_a_bursts_round_whose_decisions_cannot_be_stored_is_not_sent_until_they_
     """The journal fails while the writer stores the next round's decisions: the tick raises,
     none of that round is sent, the round before it is sent and recorded once, and the next
     tick decides and sends the rest."""
-    from celery_durable.store.memory import MemoryUnitOfWork
-    from celery_durable.store.sql_store import SqlStore, SqlUnitOfWork
-
-    monkeypatch.setattr("celery_durable.dispatch.dispatcher.CHUNK", 40)
-    for i in range(100):
-        any_durable.schedules.create(
-            f"b{i:03d}", "backup", f"/srv/{i}", Every(timedelta(minutes=1))
-        )
-    dispatcher = any_durable.dispatcher()
-    dispatcher.tick()
-    unit_class = (
-        SqlUnitOfWork if isinstance(any_durable.runtime.store, SqlStore) else MemoryUnitOfWork
-    )
-    real = unit_class.append
-    calls = 0
-
-    def failing_once(unit, appends):  # type: ignore[no-untyped-def]
-        nonlocal calls
-        if any(e.type == "RunDecided" for a in appends for e in a.events):  # a round's decisions
-            calls += 1
-            if calls == 2:
-                raise ConnectionError("journal connection lost")
-        return real(unit, appends)
-
-    monkeypatch.setattr(unit_class, "append", failing_once)
+    dispatcher = _burst_of_100_whose_second_append_fails(any_durable, monkeypatch, "RunDecided")
     clock.advance(seconds=61)
     with pytest.raises(ConnectionError):
         dispatcher.tick()
