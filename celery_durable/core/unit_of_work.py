@@ -124,6 +124,24 @@ class Store(Protocol):
         """Open a transaction; it commits when the ``with`` block ends without an exception."""
         ...
 
+    def write_run(
+        self,
+        append: Append,
+        run_id: str,
+        values: Mapping[str, Any],
+        *,
+        now: datetime,
+        lease: float,
+        wake: str | None = None,
+        at_once: bool = False,
+    ) -> tuple[int, SentRun | None] | None:
+        """What a unit of work's ``append([append])``, ``save_run(run_id, values)`` and
+        ``wake(wake, at_once=...)`` write, in one step of the store's own where it has a
+        cheaper one (a run's claim and end, W11): the stream's new version and the woken
+        parent's message (as ``wake``). ``None``: nothing was written, use a unit of work.
+        Raises ``AppendConflict`` as ``append`` does, with nothing written."""
+        ...
+
     def close(self) -> None:
         """Release what the store holds. Calling it twice is harmless."""
         ...

@@ -21,10 +21,24 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, insert, select, update
+from sqlalchemy import (
+    Integer,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    insert,
+    literal,
+    not_,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 
 from celery_durable.core.codec import dumps
+from celery_durable.core.journal import Append, category_of
 from celery_durable.core.unit_of_work import (
     WAKE_AGAIN_AFTER,
     SentRun,
@@ -32,7 +46,7 @@ from celery_durable.core.unit_of_work import (
     countdown_left,
 )
 from celery_durable.message import Resend, message_json
-from celery_durable.store.journal.database import Database
+from celery_durable.store.journal.database import Database, stream_insert_statement
 from celery_durable.store.journal.errors import translating
 from celery_durable.store.journal.schema import runs as runs_table
 from celery_durable.store.journal.sql import SqlJournal
@@ -354,6 +368,18 @@ def save_run_row(
     work's ``save_run``). The ``UPDATE`` of each set of columns is rendered once
     (:meth:`SqlJournal.prepared`): a run's claim, suspension and end write one each."""
     database = journal.database
+    changed, row = _row_values(run_id, values, now)
+    if _write_row(conn, journal, run_id, changed) == 0:
+        # The dispatcher may be inserting this row at the same moment (it records a sent run
+        # after the send, and a fast worker can get there first): insert-or-update.
+        conn.execute(database.insert_or_update(runs_table, "run_id", changed).values(**row))
+
+
+def _row_values(
+    run_id: str, values: Mapping[str, Any], now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The columns a save of ``values`` changes on an existing row, and the whole row it
+    inserts when there is none (a running run of an unknown task and message, with them)."""
     check_run_values(values)
     changed = dict(values)
     changed["updated_at"] = now
@@ -363,17 +389,14 @@ def save_run_row(
     task = changed.pop("task", None)
     if task is not None:
         changed["task"] = task
-    if _write_row(conn, journal, run_id, changed) == 0:
-        # The dispatcher may be inserting this row at the same moment (it records a sent run
-        # after the send, and a fast worker can get there first): insert-or-update.
-        row = {
-            "status": RUNNING,
-            "task": task or "",
-            "message": dumps(message_json((), {})),
-            **changed,
-            "run_id": run_id,
-        }
-        conn.execute(database.insert_or_update(runs_table, "run_id", changed).values(**row))
+    row = {
+        "status": RUNNING,
+        "task": task or "",
+        "message": dumps(message_json((), {})),
+        **changed,
+        "run_id": run_id,
+    }
+    return changed, row
 
 
 def _update_by_id(columns: Sequence[str]) -> Any:
@@ -422,8 +445,10 @@ def wake_row(
     child ending while its parent suspends either ends before the suspension's look at the
     children (which then sees it ended) or after the suspension committed (and then counts
     down or wakes): its end is never missed by both."""
-    read = journal.prepared("wake_row", _locked_row, conn)
     stale = now + timedelta(seconds=lease - WAKE_AGAIN_AFTER)
+    if journal.database.updates_returning:
+        return _wake_in_one(conn, journal, run_id, stale, now + timedelta(seconds=lease), at_once)
+    read = journal.prepared("wake_row", _locked_row, conn)
     row = read.execute(conn, {"run_id_": run_id, "stale": stale}).first()
     if row is None or row.status != SUSPENDED or row.marked:
         return None  # not waiting, or another wake-up is in flight
@@ -434,6 +459,155 @@ def wake_row(
         conn, journal, run_id, {"lease_until": now + timedelta(seconds=lease), "wake_after": None}
     )
     return Resend.from_json(run_id, row.task, json.loads(row.message or "{}"))
+
+
+def _woken_row(at_once: bool) -> Any:
+    """:func:`wake_row`'s locking read and write as one ``UPDATE … FROM (SELECT … FOR
+    UPDATE) … RETURNING`` (one round trip; on a database that has it,
+    :attr:`~.journal.database.Database.updates_returning`).
+
+    The subquery ``was`` reads the row with its lock, as :func:`_locked_row` does: under
+    ``READ COMMITTED`` it waits for a suspension being stored and then reads the row that
+    suspension committed. Nothing but the run ID selects the row, whatever its status (a
+    condition on the status could be checked on the row as it was before that suspension,
+    and pass over it without waiting). The ``SET`` changes a suspended row not marked woken
+    (counted down: ``wake_after`` above 1 and not ``at_once``; else marked woken:
+    ``lease_until`` set to ``woken``, no countdown) and writes any other row's own values
+    back. It answers the row as it was: :func:`_woke` tells what it did."""
+    table = runs_table
+    stale = bindparam("stale", type_=table.c.lease_until.type)
+    was = (
+        select(table.c.run_id, table.c.status, table.c.lease_until, table.c.wake_after)
+        .where(table.c.run_id == bindparam("run_id_"))
+        .with_for_update()
+        .subquery("was")
+    )
+    marked = func.coalesce(was.c.lease_until > stale, false())
+    waiting = and_(was.c.status == SUSPENDED, not_(marked))
+    counting = false() if at_once else func.coalesce(was.c.wake_after, 0) > 1
+    return (
+        update(table)
+        .where(table.c.run_id == was.c.run_id)
+        .values(
+            wake_after=case(
+                (and_(waiting, counting), was.c.wake_after - 1),
+                (waiting, null()),
+                else_=was.c.wake_after,
+            ),
+            lease_until=case(
+                (and_(waiting, not_(counting)), bindparam("woken", type_=table.c.lease_until.type)),
+                else_=was.c.lease_until,
+            ),
+        )
+        .returning(
+            was.c.status.label("was_status"), marked.label("marked"),
+            was.c.wake_after.label("counted"), table.c.task, table.c.message,
+        )
+    )  # fmt: skip
+
+
+def _wake_in_one(
+    conn: Connection,
+    journal: SqlJournal,
+    run_id: str,
+    stale: datetime,
+    woken: datetime,
+    at_once: bool,
+) -> Resend | None:
+    """:func:`wake_row` in one statement (:func:`_woken_row`)."""
+    write = journal.prepared(("wake_row_returning", at_once), lambda: _woken_row(at_once), conn)
+    row = write.execute(conn, {"run_id_": run_id, "stale": stale, "woken": woken}).first()
+    if row is None or not _woke(row.was_status, row.marked, row.counted, at_once):
+        return None  # not waiting, another wake-up in flight, or counted down
+    return Resend.from_json(run_id, row.task, json.loads(row.message or "{}"))
+
+
+def _woke(status: str | None, marked: bool | None, wake_after: int | None, at_once: bool) -> bool:
+    """Whether :func:`_woken_row` marked a row woken that was as given (``status``, marked
+    woken already, ``wake_after``), rather than counting it down or leaving it."""
+    if status != SUSPENDED or marked:
+        return False
+    return at_once or (wake_after or 0) <= 1
+
+
+def run_write_statement(
+    database: Database, count: int, columns: Sequence[str], wake: bool, at_once: bool
+) -> Any:
+    """A run's write in one statement, on a database with :attr:`~.journal.database.Database.
+    writes_in_one_statement` (PostgreSQL): ``count`` events of the run's stream (named as in
+    :func:`~.journal.database.stream_insert_statement`), the run's row (an upsert of
+    ``columns``, bound as ``row_<column>``) and, with ``wake``, its parent's countdown or
+    wake-up (:func:`_woken_row`, its run ID bound as ``run_id_``).
+
+    The row and the parent are written only when every event went in (``rows``: their
+    count); a refused event (its previous version missing) leaves nothing, a version taken by
+    another writer fails the whole statement (the unique constraint). The statement answers
+    one row: how many events it ``added`` and, with ``wake``, the parent's row as it was
+    (``was_status``, ``marked``, ``counted``: :func:`_woke`), its ``task`` and ``message``."""
+    table = runs_table
+    added = stream_insert_statement(count).returning(literal(1, Integer).label("one")).cte("added")
+    complete = select(func.count()).select_from(added).scalar_subquery() == bindparam(
+        "rows", type_=Integer
+    )
+    names = ["run_id", *(c for c in ("status", "task", "message") if c not in columns), *columns]
+    given = select(*(bindparam(f"row_{c}", type_=table.c[c].type) for c in names)).where(complete)
+    upsert = database.insert(table).from_select(names, given)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=[table.c.run_id], set_={c: upsert.excluded[c] for c in columns}
+    )
+    saved = upsert.returning(table.c.run_id).cte("saved")
+    answer = [
+        select(func.count()).select_from(added).scalar_subquery().label("added"),
+        select(func.count()).select_from(saved).scalar_subquery().label("saved"),
+    ]
+    if wake:
+        parent = _woken_row(at_once).where(complete).cte("woke")
+        answer += [
+            select(parent.c[name]).scalar_subquery().label(name)
+            for name in ("was_status", "marked", "counted", "task", "message")
+        ]
+    return select(*answer)
+
+
+def write_run(
+    journal: SqlJournal,
+    append: Append,
+    run_id: str,
+    values: Mapping[str, Any],
+    *,
+    now: datetime,
+    lease: float,
+    wake: str | None = None,
+    at_once: bool = False,
+) -> tuple[int, Resend | None] | None:
+    """The store's ``write_run``: ``append`` (one stream, at most three events), the row of
+    ``run_id`` and the parent ``wake`` (:func:`wake_row`) in one statement of its own
+    (:func:`run_write_statement`): atomic, one round trip, no ``BEGIN`` and ``COMMIT``
+    (W11, measured 2026-12-06). ``None`` when this journal cannot (another database, more
+    events, an ordered category): the caller then writes them in a unit of work."""
+    if not journal.database.writes_in_one_statement or len(append.events) > 3:
+        return None
+    if category_of(append.stream) in journal.ordered_categories:
+        return None
+    changed, row = _row_values(run_id, values, now)
+    columns = tuple(sorted(changed))
+    params: dict[str, Any] = {f"row_{name}": value for name, value in row.items()}
+    if wake is not None:
+        params.update(
+            run_id_=wake,
+            stale=now + timedelta(seconds=lease - WAKE_AGAIN_AFTER),
+            woken=now + timedelta(seconds=lease),
+        )
+    size, waking = len(append.events), wake is not None
+    version, answer = journal.append_in_one(
+        append,
+        ("run_write", size, columns, waking, at_once),
+        lambda: run_write_statement(journal.database, size, columns, waking, at_once),
+        params,
+    )
+    if wake is None or not _woke(answer.was_status, answer.marked, answer.counted, at_once):
+        return version, None
+    return version, Resend.from_json(wake, answer.task, json.loads(answer.message or "{}"))
 
 
 def wait_for_rows(

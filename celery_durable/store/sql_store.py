@@ -31,6 +31,7 @@ from celery_durable.store.runs import (
     save_run_row,
     wait_for_rows,
     wake_row,
+    write_run,
 )
 
 if TYPE_CHECKING:
@@ -129,6 +130,23 @@ class SqlStore:
     def journal(self) -> SqlJournal:
         """The SQL journal (its public methods raise the library's own errors)."""
         return self._journal
+
+    def write_run(
+        self,
+        append: Append,
+        run_id: str,
+        values: Mapping[str, Any],
+        *,
+        now: datetime,
+        lease: float,
+        wake: str | None = None,
+        at_once: bool = False,
+    ) -> tuple[int, SentRun | None] | None:
+        """A run's events, its row and its parent's wake-up in one statement where the
+        database has one (PostgreSQL, :func:`.runs.write_run`); ``None`` otherwise."""
+        return write_run(
+            self._journal, append, run_id, values, now=now, lease=lease, wake=wake, at_once=at_once
+        )
 
     @contextmanager
     def unit_of_work(self) -> Iterator[SqlUnitOfWork]:

@@ -407,3 +407,147 @@ def test_a_connection_lost_in_a_unit_is_journal_unavailable_with_the_driver_erro
     assert isinstance(info.value.__cause__, sa.exc.OperationalError)
     assert "cannot write to the journal at" in str(info.value) and "\n" not in str(info.value)
     assert store.journal.read_stream("run/r1") == []  # nothing stored; the store works again
+
+
+def write_run(
+    store: AnyStore, append: Append, run_id: str, values: dict[str, Any], **options: Any
+) -> tuple[int, Any]:
+    """``write_run`` where the store has it, else the unit of work it stands for (as
+    ``RunContext.write`` does)."""
+    done = store.write_run(append, run_id, values, now=NOW, lease=60, **options)
+    if done is not None:
+        return done
+    with store.unit_of_work() as unit:
+        version = unit.append([append])[0]
+        unit.save_run(run_id, values, now=NOW)
+        woke = None
+        if options.get("wake") is not None:
+            woke = unit.wake(
+                options["wake"], now=NOW, lease=60, at_once=options.get("at_once", False)
+            )
+    return version, woke
+
+
+def test_write_run_stores_a_runs_events_its_row_and_its_parents_wake_up_together(
+    any_store: AnyStore, request: pytest.FixtureRequest
+) -> None:
+    """W11 (2026-12-06): a child's claim and end in one statement on PostgreSQL (``write_run``
+    answers ``None`` on the other stores: the caller uses a unit of work), with the same
+    effect: the events, the run's row (created when it has none), the parent counted down by
+    each end and woken by the last one counted."""
+    one_statement = "postgres" in request.node.callspec.id
+    message = {"task": "p", "args": [], "kwargs": {}}
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {"status": "running", "task": "p", "message": message}, now=NOW)
+        unit.save_run(
+            "p",
+            {"status": "suspended", "owner": None, "lease_until": None, "wake_at": NOW,
+             "wake_after": 2},
+            now=NOW,
+        )  # fmt: skip
+    started = [ev("RunStarted"), ev("RunClaimed")]
+    claim = {"status": "running", "owner": "w", "lease_until": NOW, "wake_at": None,
+             "task": "k", "message": {"args": [1], "kwargs": {}}}  # fmt: skip
+    done = any_store.write_run(
+        Append(stream="run/k1", expected_version=0, events=started), "k1", claim,
+        now=NOW, lease=60,
+    )  # fmt: skip
+    assert (done is not None) is one_statement
+    if done is None:
+        write_run(
+            any_store,
+            Append(stream="run/k1", expected_version=0, events=started), "k1", claim,
+        )  # fmt: skip
+    else:
+        assert done == (2, None)
+    row = any_store.run_table().row("k1")  # no row before: created
+    assert row is not None and (row["status"], row["task"], row["owner"]) == ("running", "k", "w")
+    resend = any_store.run_table().resend_of("k1")
+    assert resend is not None and resend.args == [1]
+    end = {"status": "finished", "owner": None, "lease_until": None, "wake_at": None}
+    counted = write_run(
+        any_store, Append(stream="run/k1", expected_version=2, events=[ev("RunFinished")]),
+        "k1", end, wake="p",
+    )  # fmt: skip
+    assert counted == (3, None)
+    assert any_store.run_table().row("p")["wake_after"] == 1
+    assert any_store.run_table().row("k1")["status"] == "finished"
+    write_run(any_store, Append(stream="run/k2", expected_version=0, events=[ev("RunStarted")]),
+              "k2", claim)  # fmt: skip
+    version, woke = write_run(
+        any_store, Append(stream="run/k2", expected_version=1, events=[ev("RunFinished")]),
+        "k2", end, wake="p",
+    )  # fmt: skip
+    assert version == 2 and woke is not None and (woke.run_id, woke.task) == ("p", "p")
+    parent = any_store.run_table().row("p")
+    assert parent["wake_after"] is None and parent["lease_until"] == NOW + timedelta(seconds=60)
+    assert [e.type for e in any_store.journal.read_stream("run/k2")] == [
+        "RunStarted", "RunFinished",
+    ]  # fmt: skip
+    # Marked: the next end sends nothing (its wake-up is in flight).
+    write_run(any_store, Append(stream="run/k3", expected_version=0, events=[ev("RunStarted")]),
+              "k3", claim)  # fmt: skip
+    assert write_run(
+        any_store, Append(stream="run/k3", expected_version=1, events=[ev("RunFaulted")]),
+        "k3", {**end, "status": "faulted"}, wake="p", at_once=True,
+    ) == (2, None)  # fmt: skip
+
+
+@pytest.mark.parametrize("expected", [0, 5], ids=["taken", "gap"])
+def test_write_run_that_conflicts_stores_nothing_and_counts_no_parent_down(
+    any_store: AnyStore, expected: int
+) -> None:
+    """A version taken by another writer, or an expected version past the stream's end: an
+    ``AppendConflict``, and neither the run's row nor its parent's countdown changes."""
+    with any_store.unit_of_work() as unit:
+        unit.save_run(
+            "p", {"status": "suspended", "owner": None, "lease_until": None, "wake_after": 2},
+            now=NOW,
+        )  # fmt: skip
+        unit.save_run("k", {"status": "running", "owner": "w"}, now=NOW)
+    any_store.journal.append("run/k", 0, [ev("Mine")])
+    end = {"status": "finished", "owner": None, "lease_until": None, "wake_at": None}
+    with pytest.raises(AppendConflict):
+        write_run(
+            any_store,
+            Append(stream="run/k", expected_version=expected, events=[ev("Theirs"), ev("End")]),
+            "k", end, wake="p",
+        )  # fmt: skip
+    assert [e.type for e in any_store.journal.read_stream("run/k")] == ["Mine"]
+    assert any_store.run_table().row("k")["status"] == "running"
+    assert any_store.run_table().row("p")["wake_after"] == 2
+
+
+def test_a_childs_end_during_its_parents_suspension_waits_for_it_and_wakes_it(
+    any_store: AnyStore,
+) -> None:
+    """W11's "no end is missed": a child's end (``write_run`` with ``wake``, one statement on
+    PostgreSQL) that comes while its parent's suspension is being stored waits for that
+    suspension's commit, since the suspension's look at its children did not see the end,
+    and then counts the parent down (here: wakes it, the last one awaited)."""
+    message = {"task": "p", "args": [], "kwargs": {}}
+    with any_store.unit_of_work() as unit:
+        unit.save_run("p", {"status": "running", "task": "p", "message": message}, now=NOW)
+        unit.save_run("k", {"status": "running", "owner": "w", "task": "k"}, now=NOW)
+    any_store.journal.append("run/k", 0, [ev("RunStarted")])
+    end = {"status": "finished", "owner": None, "lease_until": None, "wake_at": None}
+    ended: list[Any] = []
+
+    def child_ends() -> None:
+        append = Append(stream="run/k", expected_version=1, events=[ev("RunFinished")])
+        ended.append(write_run(any_store, append, "k", end, wake="p"))
+
+    child = threading.Thread(target=child_ends)
+    with any_store.unit_of_work() as unit:
+        unit.save_run(
+            "p", {"status": "suspended", "owner": None, "lease_until": None, "wake_at": NOW},
+            now=NOW,
+        )  # fmt: skip
+        child.start()
+        child.join(0.5)
+        assert child.is_alive() and not ended  # it waits for the parent's row
+        assert unit.wait_for("p", ["k"], wake_after=1, now=NOW, lease=60) is None
+    child.join(10)
+    [(version, woke)] = ended
+    assert version == 2 and woke is not None and woke.run_id == "p"
+    assert any_store.run_table().row("p")["lease_until"] == NOW + timedelta(seconds=60)

@@ -340,6 +340,65 @@ def test_a_fan_outs_parent_is_woken_once_per_batch_of_ends_not_once_per_end(
     assert max(run_ids_started(durable).values()) == 1
 
 
+def test_a_childs_claim_step_and_end_are_three_statements_on_postgresql(
+    celery_app: Celery, pg_url: str
+) -> None:
+    """W11's cost (2026-12-06): on PostgreSQL a child of a one-step task costs its worker
+    three statements, each its own transaction in autocommit mode (no ``BEGIN`` or ``COMMIT``
+    round trips): its claim (``RunStarted`` and ``RunClaimed`` with its row), its step's
+    result, and its end (``RunFinished``, its row and its parent's countdown or wake-up).
+    They were eight, in two transactions."""
+    import threading
+
+    import sqlalchemy as sa
+    from celery import signals
+
+    running: set[int] = set()
+    statements: list[tuple[str, Any]] = []
+
+    def started(task: Any = None, **_: Any) -> None:
+        if getattr(task, "name", "") == "kids.cost.child":
+            running.add(threading.get_ident())
+
+    def ended(task: Any = None, **_: Any) -> None:
+        running.discard(threading.get_ident())
+
+    def executed(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if threading.get_ident() in running:
+            level = conn.get_execution_options().get("isolation_level")
+            statements.append((" ".join(statement.split())[:40], level))
+
+    with DurableHarness(celery_app, pg_url, clock=TestClock(T0)) as durable:
+        durable.start()
+
+        @durable.step(name="kids.cost.double")
+        def double(x: int) -> int:
+            return 2 * x
+
+        @durable.task(name="kids.cost.child")
+        def child(x: int) -> int:
+            return double(x)
+
+        @durable.task(name="kids.cost.parent")
+        def parent(n: int) -> list[int]:
+            return list(durable.map_children(child, range(n), at_most=n))
+
+        engine = durable.journal._core
+        signals.task_prerun.connect(started, weak=False)
+        signals.task_postrun.connect(ended, weak=False)
+        sa.event.listen(engine, "before_cursor_execute", executed)
+        try:
+            parent.apply_async((4,), task_id="cost")
+            durable.run_until_idle()
+            assert durable.result("cost") == [0, 2, 4, 6]
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", executed)
+            signals.task_prerun.disconnect(started)
+            signals.task_postrun.disconnect(ended)
+    assert len(statements) == 3 * 4, statements
+    assert {level for _, level in statements} == {"AUTOCOMMIT"}, statements
+
+
 def test_a_child_that_fails_wakes_its_counting_parent_at_once(durable: DurableHarness) -> None:
     """W11: however many ends the parent waits for, a child that did not finish wakes it at
     once: it stops the fan-out while the others still run."""

@@ -87,6 +87,8 @@ class PostgresDatabase(Database):
     # psycopg then sends no BEGIN and no COMMIT, two of the step's four round trips (the pool's
     # liveness check, BEGIN, INSERT, COMMIT). Switching psycopg's autocommit costs no round trip.
     autocommits_one_row = True
+    updates_returning = True
+    writes_in_one_statement = True
 
     def listen(self, core: Engine, engine_options: Mapping[str, Any] | None) -> Engine:
         # A connection the server closed is told by its socket at checkout instead of

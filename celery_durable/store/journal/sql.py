@@ -46,7 +46,13 @@ from sqlalchemy.sql import ClauseElement, Select
 from celery_durable.core.journal import Append, Journal, NewEvent, StoredEvent
 from celery_durable.errors import AppendConflict, JournalError, JournalUnavailable
 from celery_durable.store.journal import schema
-from celery_durable.store.journal.database import PLAIN_INSERT, VALUES_INSERT, Database
+from celery_durable.store.journal.database import (
+    PLAIN_INSERT,
+    VALUES_INSERT,
+    Database,
+    stream_insert_statement,
+    stream_insert_values,
+)
 from celery_durable.store.journal.direct import DirectConnections
 from celery_durable.store.journal.encoding import (
     _check_int,
@@ -414,6 +420,45 @@ class SqlJournal:
         if count != 1:  # pragma: no cover - the trigger raises instead
             raise self._conflict(appends)
 
+    def append_in_one(
+        self,
+        append: Append,
+        key: Any,
+        build: Callable[[], ClauseElement],
+        params: Mapping[str, Any],
+    ) -> tuple[int, Any]:
+        """Append one stream's events with the caller's writes in one statement that answers
+        one row (``build()``, rendered once under ``key``: the events bound as by
+        :func:`~.database.stream_insert_statement`, ``params`` for the rest, ``rows`` their
+        count, and an ``added`` column that says how many went in), in autocommit mode: the
+        statement is its own transaction. Returns the stream's new version and the row.
+        Raises :class:`AppendConflict` when the expected version is not the stream's (nothing
+        of the statement is stored then)."""
+        rows, versions = _rows([append])
+        now = datetime.now(timezone.utc)
+        for row in rows:
+            row["recorded_at"] = now
+        values = {**stream_insert_values(rows), **params, "rows": len(rows)}
+        self._refuse_nesting()
+        self.ensure_ready()
+        try:
+            with self._core.connect() as conn:
+                self.database.autocommit(conn)
+                statement = self.prepared(key, build, conn)
+                try:
+                    answer = statement.execute(conn, values).one()
+                except (IntegrityError, OperationalError) as exc:
+                    if not self.database.is_version_conflict(exc):
+                        raise
+                    raise self._conflict([append]) from None
+                conn.commit()  # nothing to send in autocommit mode; SQLAlchemy's bookkeeping
+        except SQLAlchemyError as exc:
+            raise as_journal_error(exc, self.url, "write to") from exc
+        if answer.added != len(rows):
+            # Refused by the WHERE clause: the previous version does not exist.
+            raise self._conflict([append])
+        return versions[0], answer
+
     def append_many(self, appends: Sequence[Append]) -> None:
         """Append to several streams in one transaction: all are stored or none.
 
@@ -457,7 +502,15 @@ class SqlJournal:
         if statement is PLAIN_INSERT and database.refuses_gaps:
             statement = VALUES_INSERT
         try:
-            if len(rows) <= _PREPARED_ROWS:
+            if 1 < len(rows) <= _PREPARED_ROWS and statement is PLAIN_INSERT and len(appends) == 1:
+                # A claim (RunStarted, RunClaimed), an end with its lease renewal: one
+                # statement for the stream's few rows, one round trip (.prepared).
+                size = len(rows)
+                multi = self.prepared(
+                    ("stream_insert", size), lambda: stream_insert_statement(size), conn
+                )
+                count = multi.execute(conn, stream_insert_values(rows)).rowcount
+            elif len(rows) <= _PREPARED_ROWS:
                 # A step's result, a claim, an end: the statement as rendered once (.prepared),
                 # row by row (cheaper than an executemany's set-up for so few).
                 prepared = self.prepared(statement, lambda: statement, conn)

@@ -180,6 +180,10 @@ class MemoryStore:
         """The memory journal."""
         return self._journal
 
+    def write_run(self, append: Append, run_id: str, values: Mapping[str, Any], **_: Any) -> None:
+        """No cheaper way than a unit of work here (the ``Store`` protocol): ``None``."""
+        return None
+
     @contextmanager
     def unit_of_work(self) -> Iterator[MemoryUnitOfWork]:
         """Write together: applied when the ``with`` block ends without an exception."""
