@@ -841,6 +841,9 @@ def test_schedules_show_reads_its_recent_runs_in_one_query(sqlite_url: str) -> N
             ok(url, "schedules", "show", "often", "--runs", "20")
         finally:
             event.remove(Engine, "before_cursor_execute", counted)
+            # SQLAlchemy marks the class as listened to for good: every later engine would
+            # dispatch statement events (and the journal skip its direct path on SQLite).
+            Engine._has_events = False
         return count
 
     counts = []

@@ -370,8 +370,6 @@ def test_a_bulk_appends_guard_reads_the_stream_index_not_the_whole_table_on_post
     """The dispatcher's append of a thousand streams at once first reads their versions (A8).
     On PostgreSQL that read must probe the ``(stream, version)`` index per stream: a scan of
     the events table would cost every burst round time that grows with the journal."""
-    from sqlalchemy.engine import Engine
-
     j = SqlJournal(pg_url)
     try:
         j.ensure_ready()
@@ -391,7 +389,9 @@ def test_a_bulk_appends_guard_reads_the_stream_index_not_the_whole_table_on_post
             if "max(" in statement.lower() and not executemany:
                 seen.append((statement, parameters))
 
-        sa.event.listen(Engine, "before_cursor_execute", capture)
+        # On this journal's engine only: a listener on the Engine class would stay behind
+        # (SQLAlchemy marks the class as listened to for good).
+        sa.event.listen(j._core, "before_cursor_execute", capture)
         try:
             j.append_many(
                 [
@@ -400,7 +400,7 @@ def test_a_bulk_appends_guard_reads_the_stream_index_not_the_whole_table_on_post
                 ]
             )
         finally:
-            sa.event.remove(Engine, "before_cursor_execute", capture)
+            sa.event.remove(j._core, "before_cursor_execute", capture)
         assert len(seen) == 1, seen
         statement, parameters = seen[0]
         with j.engine.connect() as conn:
