@@ -16,9 +16,12 @@ Stopping: the thread of a branch that fails stops the group at once and stores
 call starts a step that has no stored result; stored results still replay. A replay begins a
 stopped group stopped, so it reaches the same failures as the first delivery and starts no step
 that the first did not start. A race stores its winner at its own position (``StepCompleted``,
-kind ``race``, result ``{"winner": i}``) and replay runs that branch alone. Durable sleeps
-longer than a second, signal waits and child runs are refused inside a branch (a branch cannot
-give the worker back on its own); retry back-offs wait inside the worker thread.
+kind ``race``, result ``{"winner": i}``) and replay runs that branch alone. The losers'
+threads may outlive the call (it returns without waiting for them); whatever they would
+store is refused under the run's lock, so nothing of theirs follows the winner's record in
+the journal. Durable sleeps longer than a second, signal waits and child runs are refused
+inside a branch (a branch cannot give the worker back on its own); retry back-offs wait inside
+the worker thread.
 
 Calls stored before the markers existed (no marker at the call's position) replay without the
 check of their kind and branch count; one with a stored failure that the body went on past
@@ -147,10 +150,18 @@ class BranchRun(RunContext):
         self.root.old_branch(position, change_id)
 
     def append(self, *args: Any, **kwargs: Any) -> None:
-        """Store through the delivery; refused once the branch lost its race."""
-        if self.group.refuses_writes:
-            raise Abandoned()
-        self.root.append(*args, **kwargs)
+        """Store through the delivery; refused once the branch lost its race.
+
+        The refusal is decided under the run's lock, the one the race's winner record is
+        stored under: a race is decided before its winner is stored, so a loser's write
+        lands before that record or not at all. Looked at before taking the lock, a loser
+        that had just finished its step could be held up between the look and the write
+        (a busy CPU) and store its result after the winner, even after the delivery had
+        ended, renewing a claim nobody held any more (W9)."""
+        with self.root.lock:
+            if self.group.refuses_writes:
+                raise Abandoned()
+            self.root.append(*args, **kwargs)
 
     def suspend(self, until: datetime | None, reason: str, *_: Any, **__: Any) -> Suspend:
         """Refused: a branch cannot give the worker back while the others run."""

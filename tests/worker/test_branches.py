@@ -21,6 +21,7 @@ from celery_durable.core.branches import position_order
 from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold
 from celery_durable.errors import DurableError, RunParked
+from celery_durable.worker.branches import BranchRun
 from celery_durable.worker.context import current_run, step_context
 from celery_durable.worker.primitives import sleep, wait_signal
 from celery_durable.worker.replay import replay_run
@@ -470,6 +471,90 @@ def test_a_changed_group_call_parks_the_run_naming_position_expected_and_found(
     assert ran == [], "nothing of the changed call runs"
     outcome = env.durable.outcome(rid, 1)
     assert outcome.kind == "parked"  # type: ignore[union-attr]
+
+
+class _HeldBack:
+    """The run's lock, as the thread ``held`` takes it the first time: that thread waits
+    for ``release`` before taking it (a busy CPU holding a branch's thread up just before
+    it stores)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.held: threading.Thread | None = None
+        self.waiting = threading.Event()
+        self.release = threading.Event()
+
+    def __enter__(self) -> Any:
+        if threading.current_thread() is self.held and not self.waiting.is_set():
+            self.waiting.set()
+            assert self.release.wait(10)
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.lock.__exit__(*exc)
+
+
+def test_a_race_loser_held_up_before_it_stores_stores_nothing_after_the_winner(
+    env: Env,
+) -> None:
+    """W9, W6: the loser's step ends first, but its thread is held up on its way to store
+    the result until the race is decided, its winner stored, the delivery dead and its lease
+    gone. The loser stores nothing (no result after the winner's, no renewal of the dead
+    delivery's claim), so the next delivery of a changed body parks the run (before the fix
+    of 2026-12-06 the loser stored its result with a claim of a delivery that no longer ran,
+    and the next delivery left the run to it: no park, no outcome)."""
+    deployed = {"shape": "race2"}
+    held: list[_HeldBack] = []
+    installed = threading.Event()
+
+    @env.durable.step(name="s")
+    def s(x: str) -> str:
+        if x == "b0":  # the winner ends once the loser is held up, past its own step
+            assert installed.wait(10) and held[0].waiting.wait(10)
+        return x
+
+    @env.durable.step(name="end")
+    def end() -> str:
+        if deployed["shape"] == "race2":
+            raise Crash()
+        return "end"
+
+    @env.durable.task(name="t.w6.race.held_loser")
+    def body() -> Any:
+        return [_group_call(deployed["shape"], s), end()]
+
+    def hold_the_loser(moment: str, run_id: str, position: Any, name: str) -> None:
+        if (moment, position) == ("call", "0.1.0") and not held:
+            view = current_run()
+            assert isinstance(view, BranchRun)
+            lock = view.root.lock = _HeldBack(view.root.lock)  # type: ignore[assignment]
+            lock.held = threading.current_thread()
+            held.append(lock)
+            installed.set()
+
+    env.durable.runtime.step_hooks.append(hold_the_loser)
+    rid = new_id()
+    with pytest.raises(Crash):
+        env.run(body, run_id=rid)
+    env.after_crash()
+    loser = held[0].held
+    assert loser is not None
+    held[0].release.set()
+    loser.join(10)
+    assert not loser.is_alive()
+    stream = env.durable.journal.read_stream(run_stream(rid))
+    events = [(e.type, e.data.get("position")) for e in stream]
+    assert events[-3:] == [("BranchesStarted", 0), ("StepCompleted", "0.0.0"), ("StepCompleted", 0)]
+    assert env.positions(rid)[0] == ("2 branches", "race", "completed", {"winner": 0})
+
+    deployed["shape"] = "race3"
+    with pytest.raises(RunParked) as parked:
+        env.run(body, run_id=rid)
+    assert (parked.value.position, parked.value.expected, parked.value.found) == (
+        0,
+        ("2 branches", "race"),
+        ("3 branches", "race"),
+    )
 
 
 # -- property: any completion order, failures, races, gather's bound, nesting (W9) -------------
