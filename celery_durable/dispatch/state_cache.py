@@ -282,11 +282,9 @@ class StateCache:
         unread, states = self._unread, self.states
         while unread and unread[0][1] in states:
             unread.popleft()
-        reads = [
-            *([self._beyond - WINDOW_AHEAD] if self._beyond is not None else []),
-            *([unread[0][0] - WINDOW_AHEAD] if unread else []),
-        ]
-        return min([*reads, *([first] if first is not None else [])], default=None)
+        window_read = None if self._beyond is None else self._beyond - WINDOW_AHEAD
+        states_read = unread[0][0] - WINDOW_AHEAD if unread else None
+        return min((t for t in (first, window_read, states_read) if t is not None), default=None)
 
     @property
     def watching(self) -> frozenset[str]:

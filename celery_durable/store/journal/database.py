@@ -54,6 +54,20 @@ _events = schema.events
 _prev = _events.alias("prev")
 
 
+def _follows_previous(stream: str, prev: str) -> ColumnElement[bool]:
+    """The append's guard (A8): the event of version ``:prev + 1`` of ``:stream`` goes in only
+    when version ``:prev`` exists, or it is the stream's first."""
+    return or_(
+        bindparam(prev, type_=Integer) == literal(0, Integer),
+        exists().where(
+            and_(
+                _prev.c.stream == bindparam(stream, type_=String(MAX_STREAM_LENGTH)),
+                _prev.c.version == bindparam(prev, type_=Integer),
+            )
+        ),
+    )
+
+
 def insert_statement(lock: Subquery | None = None) -> Insert:
     """One statement that stores one event.
 
@@ -70,17 +84,7 @@ def insert_statement(lock: Subquery | None = None) -> Insert:
         bindparam("type", type_=String(MAX_TYPE_LENGTH)),
         bindparam("data", type_=Text),
         bindparam("recorded_at", type_=schema.UtcDateTime),
-    ).where(
-        or_(
-            bindparam("prev", type_=Integer) == literal(0, Integer),
-            exists().where(
-                and_(
-                    _prev.c.stream == bindparam("stream", type_=String(MAX_STREAM_LENGTH)),
-                    _prev.c.version == bindparam("prev", type_=Integer),
-                )
-            ),
-        )
-    )
+    ).where(_follows_previous("stream", "prev"))
     if lock is not None:
         rows = rows.select_from(lock)
     columns = ["stream", "version", "category", "type", "data", "recorded_at"]
@@ -123,17 +127,7 @@ def stream_insert_statement(count: int) -> Insert:
         given.c.type,
         given.c.data,
         given.c.recorded_at,
-    ).where(
-        or_(
-            bindparam("prev_0", type_=Integer) == literal(0, Integer),
-            exists().where(
-                and_(
-                    _prev.c.stream == bindparam("stream_0", type_=String(MAX_STREAM_LENGTH)),
-                    _prev.c.version == bindparam("prev_0", type_=Integer),
-                )
-            ),
-        )
-    )
+    ).where(_follows_previous("stream_0", "prev_0"))
     columns = ["stream", "version", "category", "type", "data", "recorded_at"]
     return insert(_events).from_select(columns, rows).execution_options(preserve_rowcount=True)
 
