@@ -16,14 +16,21 @@ task, a task class that overrides ``apply_async``, ``shadow_name`` or Pydantic a
 dumping, an option outside :data:`FAST_OPTIONS` (``expires`` and ``eta``/``countdown`` are
 computed from the clock at each call), a router that is a function (it may look at the
 arguments), a connected ``before_task_publish``/``after_task_publish``/``task_sent``
-receiver, sent events, eager mode, or task protocol 1.
+receiver, sent events, eager mode, task protocol 1, or an ``amqp.send_task_message`` that is
+not Celery's own (a test harness that counts or holds sends).
+
+:func:`send_resends` does the same for the messages a worker sends by task name through
+``app.send_task`` (a parent's children, W11, measured 2026-12-06): the first of each shape in
+one call goes through ``send_task``, the others are built from what it published, with the
+``root_id`` and ``parent_id`` Celery took from the task the worker is running.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from celery import signals
@@ -31,7 +38,7 @@ from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.utils.saferepr import saferepr
 
-from celery_durable.message import SHOWN_ARGS_RECEIVER, Message
+from celery_durable.message import SHOWN_ARGS_HEADER, SHOWN_ARGS_RECEIVER, Message, Resend
 
 FAST_OPTIONS = frozenset(
     (
@@ -51,7 +58,11 @@ FAST_OPTIONS = frozenset(
 """Send options whose effect on the message does not depend on the moment of sending."""
 
 PER_RUN_HEADERS = ("id", "root_id", "argsrepr", "kwargsrepr")
-"""Celery's headers that change from run to run of one shape (besides the dispatcher's own)."""
+"""Celery's headers that change from run to run of one shape (besides the dispatcher's own);
+``root_id`` only when it is the run's own ID (a message sent from outside a task)."""
+
+_CELERY_SENDER = "AMQP._create_task_sender.<locals>.send_task_message"
+"""The qualified name of Celery's own ``app.amqp.send_task_message``."""
 
 _TEMPLATE_LIMIT = 4096
 """Shapes remembered at most; past it the cache starts again (every key is small)."""
@@ -72,6 +83,8 @@ class Template:
     ignore_result: bool
     repr_size: tuple[int, int, int]
     """``argsrepr`` and ``kwargsrepr`` maximum sizes and ``task_repr_maxlevels``."""
+    own_root: bool
+    """Whether ``root_id`` is the run's own ID (else the recorded one, a worker's task's)."""
 
 
 class FastPath:
@@ -85,16 +98,7 @@ class FastPath:
 
     def usable(self) -> bool:
         """Whether the app's configuration allows the fast path at all (checked per round)."""
-        conf = self.app.conf
-        if conf.task_always_eager or conf.task_send_sent_event or conf.task_protocol != 2:
-            return False
-        if (
-            _others(signals.before_task_publish.receivers)
-            or signals.after_task_publish.receivers
-            or signals.task_sent.receivers
-        ):
-            return False
-        return all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+        return usable(self.app)
 
     def start_round(self) -> None:
         """Declare each template's queue again once in the next round (a new connection)."""
@@ -125,60 +129,173 @@ class FastPath:
         kwargs = message.kwargs or {}
         if template.check is not None:
             template.check(*args, **kwargs)
-        size, kwsize, levels = template.repr_size
-        headers = dict(template.headers)
-        headers["id"] = headers["root_id"] = run_id
-        headers["argsrepr"] = shown(args, size, levels)
-        headers["kwargsrepr"] = shown(kwargs, kwsize, levels)
-        headers.update(message.headers)
         declare = None
         if id(template) not in self._declared:
             self._declared.add(id(template))
             declare = template.declare
-        with producer.connection._reraise_as_library_errors():
-            if not template.ignore_result:  # the backend as of the round's start
-                (self._on_task_call or self.app.backend.on_task_call)(producer, run_id)
-            producer.publish(
-                (args, kwargs, template.embed),
-                headers=headers,
-                declare=declare,
-                correlation_id=run_id,
-                **template.publish,
-            )
+        publish(template, run_id, args, kwargs, message.headers, producer, declare,
+                self._on_task_call or self.app.backend.on_task_call)  # fmt: skip
 
     def _record(self, task: Any, run_id: str, message: Message, producer: Any) -> Template:
         """Send through ``apply_async`` and keep what it gave ``Producer.publish``."""
-        seen: list[tuple[Any, dict[str, Any]]] = []
-        real = producer.publish
-
-        def recording(body: Any, **kwargs: Any) -> Any:
-            seen.append((body, {**kwargs, "headers": dict(kwargs.get("headers") or {})}))
-            return real(body, **kwargs)
-
-        producer.publish = recording
-        try:
-            send_full(task, run_id, message, producer)
-        finally:
-            del producer.publish
-        if len(seen) != 1:
-            raise RuntimeError(f"apply_async published {len(seen)} messages, not one")
-        body, kwargs = seen[0]
-        headers = {k: v for k, v in kwargs.pop("headers").items() if k not in message.headers}
-        for name in PER_RUN_HEADERS:
-            headers.pop(name, None)
-        declare = kwargs.pop("declare", None)
-        kwargs.pop("correlation_id", None)
-        conf = self.app.conf
-        amqp = self.app.amqp
-        return Template(
-            headers=headers,
-            embed=body[2],
-            publish=kwargs,
-            declare=declare,
+        template = record(
+            self.app, producer, lambda: send_full(task, run_id, message, producer), run_id,
+            message.headers,
             check=getattr(task, "__header__", None) if task.typing else None,
             ignore_result=bool(message.options.get("ignore_result", task.ignore_result)),
-            repr_size=(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels),
+        )  # fmt: skip
+        if template is None:
+            raise RuntimeError("apply_async did not publish exactly one message")
+        return template
+
+
+def usable(app: Any) -> bool:
+    """Whether the app's configuration allows a template path at all: Celery's own sender,
+    protocol 2, no eager mode, no sent events, no publish signal receivers but the library's
+    own, only map routers."""
+    conf = app.conf
+    if conf.task_always_eager or conf.task_send_sent_event or conf.task_protocol != 2:
+        return False
+    if (
+        _others(signals.before_task_publish.receivers)
+        or signals.after_task_publish.receivers
+        or signals.task_sent.receivers
+    ):
+        return False
+    if getattr(app.amqp.send_task_message, "__qualname__", None) != _CELERY_SENDER:
+        return False  # something counts or holds every send (a harness): it must see them all
+    return all(isinstance(route, MapRoute) for route in app.amqp.router.routes)
+
+
+def record(
+    app: Any,
+    producer: Any,
+    send: Callable[[], Any],
+    run_id: str,
+    own_headers: Collection[str],
+    *,
+    check: Any,
+    ignore_result: bool,
+) -> Template | None:
+    """Call ``send`` (Celery's full path for ``run_id`` on ``producer``) and keep what it gave
+    ``Producer.publish``, less ``run_id``'s own fields and the caller's ``own_headers``;
+    ``None`` when it did not publish exactly one message there."""
+    seen: list[tuple[Any, dict[str, Any]]] = []
+    real = producer.publish
+
+    def recording(body: Any, **kwargs: Any) -> Any:
+        seen.append((body, {**kwargs, "headers": dict(kwargs.get("headers") or {})}))
+        return real(body, **kwargs)
+
+    producer.publish = recording
+    try:
+        send()
+    finally:
+        del producer.publish
+    if len(seen) != 1:
+        return None
+    body, kwargs = seen[0]
+    headers = {k: v for k, v in kwargs.pop("headers").items() if k not in own_headers}
+    own_root = headers.get("root_id") == run_id
+    for name in PER_RUN_HEADERS:
+        if name != "root_id" or own_root:
+            headers.pop(name, None)
+    declare = kwargs.pop("declare", None)
+    kwargs.pop("correlation_id", None)
+    conf = app.conf
+    amqp = app.amqp
+    return Template(
+        headers=headers,
+        embed=body[2],
+        publish=kwargs,
+        declare=declare,
+        check=check,
+        ignore_result=ignore_result,
+        repr_size=(amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize, conf.task_repr_maxlevels),
+        own_root=own_root,
+    )
+
+
+def publish(
+    template: Template,
+    run_id: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    own_headers: Mapping[str, Any],
+    producer: Any,
+    declare: Any,
+    on_task_call: Callable[[Any, str], Any],
+) -> None:
+    """Publish ``run_id``'s message from ``template``: its ID, arguments and shown forms, and
+    the caller's ``own_headers``; ``declare`` the template's queue when given."""
+    size, kwsize, levels = template.repr_size
+    headers = dict(template.headers)
+    headers["id"] = run_id
+    if template.own_root:
+        headers["root_id"] = run_id
+    headers["argsrepr"] = shown(args, size, levels)
+    headers["kwargsrepr"] = shown(kwargs, kwsize, levels)
+    headers.update(own_headers)
+    with producer.connection._reraise_as_library_errors():
+        if not template.ignore_result:  # the backend as of the template's round
+            on_task_call(producer, run_id)
+        producer.publish(
+            (args, kwargs, template.embed),
+            headers=headers,
+            declare=declare,
+            correlation_id=run_id,
+            **template.publish,
         )
+
+
+def send_resends(app: Any, producer: Any, resends: Sequence[Resend], **overrides: Any) -> None:
+    """:meth:`Resend.send` of each of ``resends`` on ``producer`` with ``overrides``: the
+    first of each shape (task, options, header names) through ``app.send_task``, the others
+    from its template (a worker's sends by name: a parent's children, W11). Celery's
+    ``add_to_parent`` is kept: each message's result joins the running task's trail."""
+    fast = usable(app)
+    templates: dict[tuple[Any, ...], Template | None] = {}
+    parent = app.current_worker_task if fast else None
+    for resend in resends:
+        key = _resend_shape(app, resend, overrides) if fast else None
+        if key is None:
+            resend.send(app, producer=producer, **overrides)
+            continue
+        if key not in templates:
+            options = {**resend.options, **overrides}
+            templates[key] = record(
+                app, producer, partial(resend.send, app, producer=producer, **overrides),
+                resend.run_id, resend.headers,
+                check=None, ignore_result=bool(options.get("ignore_result")),
+            )  # fmt: skip
+            continue
+        template = templates[key]
+        if template is None:  # (its first did not publish once: the full path for all)
+            resend.send(app, producer=producer, **overrides)
+            continue
+        publish(template, resend.run_id, list(resend.args), dict(resend.kwargs), resend.headers,
+                producer, None, app.backend.on_task_call)  # fmt: skip
+        if parent is not None:
+            result = app.AsyncResult(resend.run_id)
+            result.ignored = template.ignore_result
+            parent.add_trail(result)
+
+
+def _resend_shape(app: Any, resend: Resend, overrides: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The template key of a resend, or ``None`` when it keeps the full path: an option
+    outside :data:`FAST_OPTIONS`, a secret's shown arguments, or a registered task whose own
+    ``expires`` Celery turns into a time at each send."""
+    options = {**resend.options, **overrides}
+    if not options.keys() <= FAST_OPTIONS or SHOWN_ARGS_HEADER in resend.headers:
+        return None
+    task = app._tasks.get(resend.task)
+    if task is not None and getattr(task, "expires", None) is not None:
+        return None
+    return (
+        resend.task,
+        tuple(sorted((k, repr(v)) for k, v in options.items())),
+        frozenset(resend.headers),
+    )
 
 
 _REPR_AS_IS = frozenset((int, float, bool, type(None)))
