@@ -530,7 +530,7 @@ def test_the_masking_pieces_each_show_references_only(app: Celery, durable: Dura
     """P5 in one process: the retry receiver puts the shown arguments back, the pool's debug
     line is hidden, a worker request answers with the references; the publish fast path
     (D12) stays on with the receiver connected (it never sees such messages)."""
-    from celery_durable.dispatch.fast_publish import FastPath
+    from celery_durable.fast_publish import FastPath
     from celery_durable.message import SHOWN_ARGS_HEADER
     from celery_durable.worker.secret_masking import (
         HIDDEN,

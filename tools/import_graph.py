@@ -30,7 +30,8 @@ ROOT = PACKAGE.name
 LAYERS = [
     ("errors", "observability"),  # observability/__init__.py loads nothing
     ("core",),
-    ("message", "observability.signals", "signals", "tracing"),  # signals: the public path
+    # signals: the public path; fast_publish: Celery's message built from a template (D12)
+    ("message", "fast_publish", "observability.signals", "signals", "tracing"),
     (
         "store",
         "config",

@@ -23,8 +23,8 @@ from celery_durable.core.codec import time_to_json
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import PendingRun, ScheduleState
 from celery_durable.core.schedule_events import Content
-from celery_durable.dispatch.fast_publish import FastPath
 from celery_durable.errors import DurableError, SecretUnavailable
+from celery_durable.fast_publish import FastPath
 from celery_durable.message import Resend, passes_through, run_message
 from celery_durable.secret_lookup import secret_lookup
 

@@ -66,8 +66,8 @@ from celery_durable.core.run_aggregate import (
     fold,
     parked_outcome,
 )
-from celery_durable.dispatch.fast_publish import send_resends
 from celery_durable.errors import DurableError, StepFailed
+from celery_durable.fast_publish import send_resends
 from celery_durable.message import FIRST_SEND_HEADER, PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
 from celery_durable.store.runs import SUSPENDED

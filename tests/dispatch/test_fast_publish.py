@@ -29,8 +29,8 @@ from kombu import Exchange, Queue
 from celery_durable.core.codec import encode_celery_value
 from celery_durable.core.ids import run_id
 from celery_durable.core.schedule_aggregate import PendingRun
-from celery_durable.dispatch.fast_publish import FastPath, send_full, shown
 from celery_durable.dispatch.publisher import Publisher
+from celery_durable.fast_publish import FastPath, send_full, shown
 from celery_durable.message import BEAT_ENTRY, run_message
 from tests.support.tcpproxy import TcpProxy
 
@@ -200,7 +200,7 @@ def test_the_template_path_is_taken_for_plain_options(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The comparison above measures the fast path: apply_async sends only each shape's first."""
-    from celery_durable.dispatch import fast_publish
+    from celery_durable import fast_publish
 
     app = make_app(redis_url, "fast-taken")
     full: list[str] = []

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_durable.dispatch.fast_publish import send_resends, usable
+from celery_durable.fast_publish import send_resends, usable
 from celery_durable.message import FIRST_SEND_HEADER, PARENT_HEADER, Resend
 from tests.dispatch.test_fast_publish import fetch
 
