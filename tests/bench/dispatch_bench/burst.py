@@ -397,7 +397,9 @@ def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
 def cold_lines(rec: Recorder, n: int) -> list[str]:
     """Each launch burst on PostgreSQL beside the floors of its repetition: the floor whose
     clock starts once it is connected (warm) and the one whose clock starts at its ``Popen``
-    (cold), both ratios side by side (2026-12-06)."""
+    (cold), both ratios side by side, and the same for CPU seconds (the floor's over the
+    beat's: > 1× when the beat needs less), which depend less on the machine's load
+    (2026-12-06)."""
     rows = [x for x in rec.of("burst_beat", backend="postgres", n=n) if x["t_all_started_s"]]
     if not rows:
         return []
@@ -407,8 +409,9 @@ def cold_lines(rec: Recorder, n: int) -> list[str]:
         "counted):\n",
         "| rep | load (1 min) | launch→ready (s) | launch→1st decision stored (s) | launch→1st msg (s) "
         "| launch→all N started recorded (s) | beat CPU to then (s) | floor warm wall (CPU) s "
-        "| floor cold wall (CPU) s | **cold beat ÷ warm floor** | **cold beat ÷ cold floor** |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| floor cold wall (CPU) s | **cold beat ÷ warm floor** | **cold beat ÷ cold floor** "
+        "| CPU: warm floor ÷ beat | CPU: cold floor ÷ beat |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for x in rows:
         warm = rec.of("publish_floor", n=n, rep=x["rep"], variant="apply_async_batch")
@@ -421,7 +424,9 @@ def cold_lines(rec: Recorder, n: int) -> list[str]:
             f"| {fmt([w.get('wall_s')])} ({fmt([w.get('cpu_s')])}) "
             f"| {fmt([c.get('wall_s')])} ({fmt([c.get('cpu_s')])}) "
             f"| **{ratio(x['runs_per_s_e2e'], w.get('msgs_per_s'))}** "
-            f"| **{ratio(x['runs_per_s_e2e'], c.get('msgs_per_s'))}** |"
+            f"| **{ratio(x['runs_per_s_e2e'], c.get('msgs_per_s'))}** "
+            f"| {ratio(w.get('cpu_s'), x['cpu_all_started_s'])} "
+            f"| {ratio(c.get('cpu_s'), x['cpu_all_started_s'])} |"
         )
     return out
 
