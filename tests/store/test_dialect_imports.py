@@ -17,13 +17,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Modules a journal on PostgreSQL never needs.
-OTHER_DATABASES = (
-    "sqlalchemy.dialects.mysql",
-    "sqlalchemy.dialects.sqlite",
-    "celery_durable.store.journal.mysql",
-    "celery_durable.store.journal.sqlite",
-)
+#: Modules a journal on PostgreSQL never needs: SQLAlchemy's and the library's for MySQL and SQLite.
+OTHER_DATABASES = [
+    f"{package}.{database}"
+    for package in ("sqlalchemy.dialects", "celery_durable.store.journal")
+    for database in ("mysql", "sqlite")
+]
 
 PG_URL = "postgresql+psycopg://beat@127.0.0.1:5432/journal"
 MYSQL_URL = "mysql+pymysql://beat@127.0.0.1:3306/journal"
