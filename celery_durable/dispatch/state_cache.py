@@ -18,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from celery_durable.core.ids import schedule_stream
 from celery_durable.core.schedule_aggregate import ScheduleState
@@ -50,6 +51,10 @@ INDEX_CHECKPOINT = timedelta(seconds=1)
 A crash loses nothing: start-up reads the events stored after the saved position, at most
 this interval's worth more.
 """
+
+
+_due = itemgetter(0)
+"""The due time of a ``(due, schedule_id)`` pair."""
 
 
 class StateCache:
@@ -223,10 +228,19 @@ class StateCache:
         of cached schedules (their state is newer than their row)."""
         rows, self._beyond = self.index.attention_window(after, upto, self.held)
         self._horizon = upto
-        states = self.states
-        unread = sorted((when, sid) for sid, when in rows if sid not in states)
-        for when, sid in unread:
-            self.watch(sid, when)
+        states, attention, heap = self.states, self._attention, self._heap
+        # Sorted by the due time alone (stable; the heap orders equal times by ID itself): the
+        # rows of a burst share one due time, and comparing their IDs as well made this sort
+        # most of the heap's 0.2 s at the start of a 100,000-schedule burst (D13, 2026-12-06).
+        unread = sorted(((when, sid) for sid, when in rows if sid not in states), key=_due)
+        fresh = [(when, sid) for when, sid in unread if attention.get(sid) != when]  # as watch()
+        attention.update((sid, when) for when, sid in fresh)
+        if len(fresh) > len(heap):  # a start's window: one heapify, not a push per row
+            heap.extend(fresh)
+            heapq.heapify(heap)
+        else:
+            for item in fresh:
+                heapq.heappush(heap, item)
         self._unread.extend(unread)  # the windows follow each other: still earliest first
 
     def read_states_ahead(self, until: datetime, clock: Callable[[], datetime]) -> None:

@@ -135,3 +135,30 @@ def test_a_running_beat_reads_the_states_of_a_coming_burst_before_its_due_time(
     assert sorted(sent_ids(redis_url)) == sorted(run_id(f"m{k:02d}", due) for k in range(30))
     assert run_until(dispatcher, clock, due + timedelta(minutes=5), redis_url) == []
     dispatcher.close()
+
+
+def test_a_start_takes_due_times_earliest_first_and_equal_ones_by_schedule_id(
+    make_durable: Callable[[], Durable], clock: FakeClock
+) -> None:
+    """The window read at start-up is sorted by due time only and heapified at once (D13,
+    2026-12-06): the schedules due are still handed over earliest first, and those due at the
+    same instant in the order of their IDs, whatever order the rows come in."""
+    durable = make_durable()
+    early = [f"e{k:02d}" for k in (7, 3, 11, 0, 5, 9, 1)]
+    late = [f"a{k:02d}" for k in (4, 2, 8, 6)]  # sorts before "e…", due 30 s later
+    for sid in early:
+        durable.schedules.create(sid, "backup", f"/srv/{sid}", Every(HOUR))
+    clock.advance(seconds=30)
+    for sid in late:
+        durable.schedules.create(sid, "backup", f"/srv/{sid}", Every(HOUR))
+    writer = durable.dispatcher(owner="writer", poll_interval=60)
+    writer.tick()  # the index rows and their read position
+    writer.close()
+
+    clock.advance(seconds=HOUR.total_seconds())  # all due: the early ones 30 s before the late
+    starting = make_durable().dispatcher(owner="starting", poll_interval=60)
+    now = clock.now
+    starting.leases.hold(now)
+    starting.load(now)
+    assert starting.cache.pop_due(now) == sorted(early) + sorted(late)
+    starting.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import String, Table, bindparam, case, event, func, insert, select
 from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from celery_durable.errors import JournalError
@@ -78,6 +78,10 @@ _INSERT_LOCKED_STMT = insert_statement(
 
 class MysqlDatabase(Database):
     """MySQL and MariaDB: lock rows per ordered category, a session lock around DDL."""
+
+    def __init__(self, url: URL, shown: str) -> None:
+        super().__init__(url, shown)
+        schema.use_dialect_options("mysql")  # InnoDB, utf8mb4: before any table is created
 
     def engine_options(
         self, options: dict[str, Any], engine_options: Mapping[str, Any] | None

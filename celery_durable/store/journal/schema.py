@@ -38,7 +38,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
@@ -70,6 +69,7 @@ __all__ = [
     "schema_versions",
     "settings",
     "snapshots",
+    "use_dialect_options",
 ]
 
 log = logging.getLogger("celery_durable.journal.schema")
@@ -94,7 +94,9 @@ class UtcDateTime(TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name in MYSQL_DIALECTS:
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+            from sqlalchemy.dialects.mysql import DATETIME  # loaded for MySQL only
+
+            return dialect.type_descriptor(DATETIME(fsp=6))
         return dialect.type_descriptor(self.impl)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
@@ -151,12 +153,32 @@ class UtcDateTime(TypeDecorator[datetime]):
         return process
 
 
-#: JSON text: ``TEXT`` on SQLite/PostgreSQL; ``LONGTEXT`` on MySQL/MariaDB, whose ``TEXT`` stops
-#: at 64 KiB (the data must come back byte for byte, never truncated).
-JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+class JsonText(TypeDecorator[str]):
+    """JSON text: ``TEXT`` on SQLite/PostgreSQL; ``LONGTEXT`` on MySQL/MariaDB, whose ``TEXT``
+    stops at 64 KiB (the data must come back byte for byte, never truncated).
+
+    Chosen per dialect when a statement is compiled, rather than declared as a variant of
+    ``Text``: a variant names its type, and ``mysql.LONGTEXT`` loads SQLAlchemy's MySQL
+    dialect into every process, a beat on PostgreSQL included (≈ 15 ms of its launch,
+    2026-12-06, D13).
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in MYSQL_DIALECTS:
+            from sqlalchemy.dialects.mysql import LONGTEXT  # loaded for MySQL only
+
+            return LONGTEXT()
+        return self.impl_instance
+
 
 #: Table options for MySQL/MariaDB: InnoDB (transactions, row locks) and 4-byte UTF-8. The
 #: collation is added by :func:`_create_table_mysql`, because its name depends on the server.
+#: Given to the tables by :func:`use_dialect_options` when a MySQL journal is opened, not where
+#: the tables are declared: an option named after a dialect loads that dialect (SQLAlchemy
+#: checks its name), and a beat on PostgreSQL has no use for MySQL's or SQLite's (D13).
 _MYSQL_TABLE: dict[str, Any] = {
     f"{dialect}_{option}": value
     for dialect in ("mysql", "mariadb")
@@ -187,13 +209,11 @@ events = Table(
     Column("version", Integer, nullable=False),
     Column("category", String(64), nullable=False),
     Column("type", String(128), nullable=False),
-    Column("data", JsonText, nullable=False),
+    Column("data", JsonText(), nullable=False),
     Column("recorded_at", UtcDateTime, nullable=False),
     # The optimistic-concurrency guard (A8): two writers can never both store version n.
     UniqueConstraint("stream", "version"),
     Index(None, "category", "position"),
-    sqlite_autoincrement=True,
-    **_MYSQL_TABLE,
 )
 
 #: SQLite only (journal schema version 5, 2026-12-06): the events table itself refuses a row
@@ -217,7 +237,6 @@ schema_versions = Table(
     metadata,
     Column("component", String(64), primary_key=True),
     Column("version", Integer, nullable=False),
-    **_MYSQL_TABLE,
 )
 
 schedule_index = Table(
@@ -227,7 +246,7 @@ schedule_index = Table(
     Column("version", Integer, nullable=False),
     Column("format", Integer, nullable=False),
     Column("next_due", UtcDateTime, nullable=True, index=True),
-    Column("state", JsonText, nullable=False),
+    Column("state", JsonText(), nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     # Where the schedule came from (message.origin_of): "beat_schedule", an importer's source,
     # NULL for the API's. Beat's start-up reads the rows of its imports by it (D13). Journal
@@ -236,7 +255,6 @@ schedule_index = Table(
     # The schedule ID's stable hash (core.partitions.slot_of): a beat reads the rows of its
     # partitions by ``slot % N`` (D10). Journal schema version 3 (2026-12-04).
     Column("slot", Integer, nullable=False, server_default="0"),
-    **_MYSQL_TABLE,
 )
 
 #: Settings of the journal itself, shared by every process that uses it: ``partitions`` (D10),
@@ -245,9 +263,8 @@ settings = Table(
     "celery_durable_settings",
     metadata,
     Column("name", String(64), primary_key=True),
-    Column("value", JsonText, nullable=False),
+    Column("value", JsonText(), nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
-    **_MYSQL_TABLE,
 )
 
 progress = Table(
@@ -255,7 +272,6 @@ progress = Table(
     metadata,
     Column("name", String(64), primary_key=True),
     Column("position", BigInteger, nullable=False),
-    **_MYSQL_TABLE,
 )
 
 leases = Table(
@@ -264,7 +280,6 @@ leases = Table(
     Column("name", String(64), primary_key=True),
     Column("owner", String(255), nullable=False),
     Column("expires_at", UtcDateTime, nullable=False),
-    **_MYSQL_TABLE,
 )
 
 #: The lease holder's heartbeat (O3), beside its lease row: when it took the lease and when it
@@ -278,7 +293,6 @@ heartbeats = Table(
     Column("owner", String(255), nullable=False),
     Column("taken_at", UtcDateTime, nullable=False),
     Column("ticked_at", UtcDateTime, nullable=True),
-    **_MYSQL_TABLE,
 )
 
 #: The latest snapshot of a schedule stream (O2): its folded state (JSON, the index entry format)
@@ -291,10 +305,9 @@ snapshots = Table(
     Column("stream", String(255), primary_key=True),
     Column("version", Integer, nullable=False),
     Column("format", Integer, nullable=False),
-    Column("state", JsonText, nullable=False),
+    Column("state", JsonText(), nullable=False),
     Column("pruned_through", UtcDateTime, nullable=True),
     Column("taken_at", UtcDateTime, nullable=False),
-    **_MYSQL_TABLE,
 )
 
 #: MySQL/MariaDB only: one row per ordered category, locked ``FOR UPDATE`` by the writers of the
@@ -306,8 +319,28 @@ category_locks = Table(
     "celery_durable_locks",
     mysql_metadata,
     Column("name", String(64), primary_key=True),
-    **_MYSQL_TABLE,
 )
+
+
+_SQLITE_TABLE: dict[str, dict[str, Any]] = {"celery_durable_events": {"sqlite_autoincrement": True}}
+"""SQLite's table options: the events table's ``AUTOINCREMENT``, so that a position is never
+handed out twice, even if the newest rows were ever deleted."""
+
+
+def use_dialect_options(dialect: str) -> None:
+    """Give every table of the library its options for ``dialect`` (``mysql``: InnoDB and
+    utf8mb4 for both names of the family; ``sqlite``: the events' ``AUTOINCREMENT``).
+
+    The MySQL and SQLite databases call this when they are built, before any table is
+    created or compiled for them; options of one dialect are ignored by the others, so a
+    process that opens journals on several databases compiles the same SQL for each.
+    """
+    tables = [*metadata.tables.values(), *mysql_metadata.tables.values()]
+    for table in tables:
+        options = _MYSQL_TABLE if dialect in MYSQL_DIALECTS else _SQLITE_TABLE.get(table.name, {})
+        for key, value in options.items():
+            if table.dialect_kwargs.get(key) != value:
+                table.dialect_kwargs[key] = value
 
 
 @compiles(CreateTable, "mysql")
@@ -514,11 +547,10 @@ runs = Table(
     Column("lease_until", UtcDateTime, nullable=True),
     Column("wake_at", UtcDateTime, nullable=True),
     Column("updated_at", UtcDateTime, nullable=False),
-    Column("message", JsonText, nullable=False),
+    Column("message", JsonText(), nullable=False),
     Column("wake_after", Integer, nullable=True),
     # RunStore.stale(): active runs by lease; RunStore.wakeups(): suspended runs by wake time.
     Index(None, "status", "lease_until"),
     Index(None, "status", "wake_at"),
-    **_MYSQL_TABLE,
 )
 __all__ += ["runs"]

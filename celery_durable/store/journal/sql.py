@@ -63,10 +63,8 @@ from celery_durable.store.journal.encoding import (
     stored_events,
 )
 from celery_durable.store.journal.errors import as_journal_error, one_line, translated
-from celery_durable.store.journal.mysql import MysqlDatabase
 from celery_durable.store.journal.postgres import PostgresDatabase, advisory_key, copy_rows
 from celery_durable.store.journal.prepared import Prepared
-from celery_durable.store.journal.sqlite import SqliteDatabase
 from celery_durable.store.journal.urls import (
     is_mysql,
     is_sqlite,
@@ -741,10 +739,18 @@ def _same(value: Any) -> Any:
 
 
 def database_for(url: URL, shown: str, *, sqlite_synchronous: str = "FULL") -> Database:
-    """The :class:`~.database.Database` of a (normalised) journal URL."""
+    """The :class:`~.database.Database` of a (normalised) journal URL.
+
+    Each database's module (and SQLAlchemy's dialect behind it) is imported for its own URLs
+    only: a beat on PostgreSQL loads neither MySQL's nor SQLite's (D13, 2026-12-06).
+    """
     if is_sqlite(url):
+        from celery_durable.store.journal.sqlite import SqliteDatabase
+
         return SqliteDatabase(url, shown, synchronous=sqlite_synchronous)
     if is_mysql(url):
+        from celery_durable.store.journal.mysql import MysqlDatabase
+
         return MysqlDatabase(url, shown)
     return PostgresDatabase(url, shown)
 

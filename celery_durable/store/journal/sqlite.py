@@ -66,6 +66,7 @@ class SqliteDatabase(Database):
 
     def __init__(self, url: URL, shown: str, *, synchronous: str = "FULL") -> None:
         super().__init__(url, shown)
+        schema.use_dialect_options("sqlite")  # the events' AUTOINCREMENT, before CREATE TABLE
         mode = str(synchronous).upper()
         if mode not in SYNCHRONOUS_MODES:
             raise ValueError(

@@ -98,6 +98,7 @@ def burst_beat_once(
         t_ready = read_mark(mark, t0)
         counts = type_counts(durable, head)
         t_all_decided = last_recorded(durable, head, "RunDecided", t0)
+        t_first_decided = last_recorded(durable, head, "RunDecided", t0, first=True)
         t_last_started_rec = last_recorded(durable, head, "RunStarted", t0)
         llen = r.llen("celery")
         r.flushdb()
@@ -111,6 +112,7 @@ def burst_beat_once(
                 "t_ready_s": t_ready,
                 "t_first_s": t_first,
                 "t_all_queued_s": t_all_q,
+                "t_first_decided_s": t_first_decided,
                 "t_all_decided_s": t_all_decided,
                 "t_all_started_s": t_all_started,
                 "cpu_all_started_s": cpu_all_started,
@@ -338,6 +340,7 @@ def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
                         f"| {fmt([x['msgs_per_s'] for x in rows], 0)} |"
                     )
         out.extend(floor.table_lines(rec, n))
+        out.extend(cold_lines(rec, n))
         out.extend(burst_running.table_lines(rec, n))
         pg = bb["postgres"]
         if pg:
@@ -365,13 +368,19 @@ def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
                         f"| {sched} | {ge}{ratio(t, d_all)} | {ge}{ratio(d_rate, n / t if t else None)} "
                         f"| {ge}{ratio(d_disp, med([x['rate_bound'] for x in rows]))} |"
                     )
-            for v in ("apply_async_batch", "lpush_pipeline"):
+            for v in ("apply_async_batch", "apply_async_batch_cold", "lpush_pipeline"):
                 rates = floor.floor_rate(rec, n, v)
                 if rates:
                     f = med(rates)
+                    what = (
+                        "from its `Popen`: process start, imports of Celery and the app, connect"
+                        if v.endswith("_cold")
+                        else "publishing only: no process start, no journal"
+                    )
                     w(
-                        f"| floor `{v}` (same run, publishing only: no process start, no journal) "
-                        f"| {ratio(n / f if f else None, d_all)} | **{ratio(d_rate, f)}** | {ratio(d_disp, f)} |"
+                        f"| floor `{v}` (same run, {what}) "
+                        f"| {ratio(n / f if f else None, d_all)} | **{ratio(d_rate, f)}** "
+                        f"| {'–' if v.endswith('_cold') else ratio(d_disp, f)} |"
                     )
             for v in ("apply_async_producer", "apply_async_batch"):
                 rows = [x for x in pub if x.get("variant") == v]
@@ -382,6 +391,43 @@ def _table(rec: Recorder, a: argparse.Namespace, n: int) -> list[str]:
                         f"| `{v}` publishing only (no process start, no journal) | {ratio(t, d_all)} "
                         f"| {ratio(d_rate, f)} | {ratio(d_disp, f)} |"
                     )
+    return out
+
+
+def cold_lines(rec: Recorder, n: int) -> list[str]:
+    """Each launch burst on PostgreSQL beside the floors of its repetition: the floor whose
+    clock starts once it is connected (warm) and the one whose clock starts at its ``Popen``
+    (cold), both ratios side by side, and the same for CPU seconds (the floor's over the
+    beat's: > 1× when the beat needs less), which depend less on the machine's load
+    (2026-12-06)."""
+    rows = [x for x in rec.of("burst_beat", backend="postgres", n=n) if x["t_all_started_s"]]
+    if not rows:
+        return []
+    out = [
+        f"\nFrom a cold launch, {n:,} due, PostgreSQL: each repetition beside its floors "
+        "(warm: clock from connected; cold: clock from `Popen`, imports of Celery and the app "
+        "counted):\n",
+        "| rep | load (1 min) | launch→ready (s) | launch→1st decision stored (s) | launch→1st msg (s) "
+        "| launch→all N started recorded (s) | beat CPU to then (s) | floor warm wall (CPU) s "
+        "| floor cold wall (CPU) s | **cold beat ÷ warm floor** | **cold beat ÷ cold floor** "
+        "| CPU: warm floor ÷ beat | CPU: cold floor ÷ beat |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in rows:
+        warm = rec.of("publish_floor", n=n, rep=x["rep"], variant="apply_async_batch")
+        cold = rec.of("publish_floor", n=n, rep=x["rep"], variant="apply_async_batch_cold")
+        w, c = (f[0] if f and "wall_s" in f[0] else {} for f in (warm, cold))
+        out.append(
+            f"| {x['rep']} | {x.get('loadavg_1m', 0.0):.2f} | {fmt([x['t_ready_s']])} "
+            f"| {fmt([x.get('t_first_decided_s')])} | {fmt([x['t_first_s']])} "
+            f"| {fmt([x['t_all_started_s']])} | {fmt([x['cpu_all_started_s']])} "
+            f"| {fmt([w.get('wall_s')])} ({fmt([w.get('cpu_s')])}) "
+            f"| {fmt([c.get('wall_s')])} ({fmt([c.get('cpu_s')])}) "
+            f"| **{ratio(x['runs_per_s_e2e'], w.get('msgs_per_s'))}** "
+            f"| **{ratio(x['runs_per_s_e2e'], c.get('msgs_per_s'))}** "
+            f"| {ratio(w.get('cpu_s'), x['cpu_all_started_s'])} "
+            f"| {ratio(c.get('cpu_s'), x['cpu_all_started_s'])} |"
+        )
     return out
 
 

@@ -11,7 +11,11 @@ to the ``celery`` list (checked with LLEN), wall and CPU seconds:
   fast path, D12, batches of 1,000 as the dispatcher sends them), without the journal: the
   publish step of the burst on its own, beside the floor it is measured against;
 * ``lpush_pipeline``: raw redis-py LPUSH of one pre-built Celery message (the same bytes each
-  time) through a non-transactional pipeline, 1,000 per execute: the broker's own ceiling.
+  time) through a non-transactional pipeline, 1,000 per execute: the broker's own ceiling;
+* ``apply_async_batch_cold``: the first floor from a cold launch (:mod:`.floor_cold`): the
+  clock starts at ``Popen`` of a fresh interpreter that imports Celery and the beat's app
+  module, connects and publishes, as the launch burst's clock starts at ``Popen`` of
+  ``celery beat`` (2026-12-06). ``t_imported_s``: ``Popen`` → the app imported.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from .common import ROOT, Recorder, child_cmd, fmt, redis_client
+from .common import HERE, ROOT, Recorder, beat_env, child_cmd, fmt, redis_client
 
 BATCH = 1000
+VARIANTS = ("apply_async_batch", "apply_async_batch_cold", "publisher_send", "lpush_pipeline")
+COLD = HERE / "dispatch_bench" / "floor_cold.py"
 
 
 def child_json(a: argparse.Namespace, *args: str) -> dict[str, Any]:
@@ -43,6 +50,41 @@ def run(a: argparse.Namespace, rec: Recorder, n: int, rep: int) -> None:
         args = ("--url", "-", "--broker", a.redis_url, "--n", str(n), "--head", "0")
         res = child_json(a, "floor", *args, "--variant", variant)
         rec.add({"bench": "publish_floor", "variant": variant, "n": n, "rep": rep, **res})
+    rec.add(
+        {"bench": "publish_floor", "variant": "apply_async_batch_cold", "n": n, "rep": rep}
+        | run_cold(a, n)
+    )
+
+
+def run_cold(a: argparse.Namespace, n: int) -> dict[str, Any]:
+    """The ``apply_async_batch`` floor as a fresh process, clock at ``Popen`` (:mod:`.floor_cold`)."""
+    r = redis_client(a.redis_url)
+    r.delete("celery")
+    env = beat_env(a.pg_url, a.redis_url, Path("/dev/null"))
+    t0 = time.time()
+    out = subprocess.run(
+        [sys.executable, str(COLD), str(n)],
+        env=env,
+        cwd=str(ROOT),
+        capture_output=True,
+        timeout=a.timeout,
+    )
+    llen = r.llen("celery")
+    r.delete("celery")
+    try:
+        res = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        print(out.stdout.decode()[-2000:], out.stderr.decode()[-3000:], file=sys.stderr)
+        return {"error": True}
+    wall = res["t_end"] - t0
+    return {
+        "wall_s": wall,
+        "cpu_s": res["cpu_s"],
+        "msgs_per_s": n / wall,
+        "t_imported_s": res["t_imported"] - t0,
+        "t_interpreter_s": res["t_start"] - t0,
+        "llen": llen,
+    }
 
 
 def child_floor(c: argparse.Namespace) -> None:
@@ -118,11 +160,17 @@ def table_lines(rec: Recorder, n: int) -> list[str]:
         "| variant | reps | wall (s) | CPU (s) | msgs/s |",
         "|---|---|---|---|---|",
     ]
-    for v in ("apply_async_batch", "publisher_send", "lpush_pipeline"):
+    cold = [x for x in rows if x.get("variant") == "apply_async_batch_cold" and "wall_s" in x]
+    for v in VARIANTS:
         vr = [x for x in rows if x.get("variant") == v and "wall_s" in x]
         if vr:
             out.append(
                 f"| {v} | {len(vr)} | {fmt([x['wall_s'] for x in vr], 3)} | {fmt([x['cpu_s'] for x in vr], 3)} "
                 f"| {fmt([x['msgs_per_s'] for x in vr], 0)} |"
             )
+    if cold:
+        out.append(
+            "\n`apply_async_batch_cold`: wall and CPU from `Popen` of a fresh interpreter "
+            f"(imports of Celery and the app: {fmt([x['t_imported_s'] for x in cold])} s of it)."
+        )
     return out

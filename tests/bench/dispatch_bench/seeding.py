@@ -132,10 +132,13 @@ def type_counts(durable: Durable, after: int) -> dict[str, int]:
         return {t: int(c) for t, c in conn.execute(query).all()}
 
 
-def last_recorded(durable: Durable, after: int, type_: str, t0: float) -> float | None:
-    """``recorded_at`` of the last event of a type (set by the writer just before its INSERT),
-    relative to ``t0``."""
-    query = select(func.max(events_table.c.recorded_at)).where(
+def last_recorded(
+    durable: Durable, after: int, type_: str, t0: float, *, first: bool = False
+) -> float | None:
+    """``recorded_at`` of the last (``first``: the first) event of a type (set by the writer
+    just before its INSERT), relative to ``t0``."""
+    pick = func.min if first else func.max
+    query = select(pick(events_table.c.recorded_at)).where(
         events_table.c.category == "schedule",
         events_table.c.position > after,
         events_table.c.type == type_,
