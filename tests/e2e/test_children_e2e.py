@@ -119,10 +119,14 @@ class World:
         without beat survives what the broker redelivers; this is how such a test kills a
         worker without a message on that way."""
         node = self.nodes[worker.pid]
-        replies = self.app.control.cancel_consumer(
-            queue, destination=[node], reply=True, timeout=10
-        )
-        assert any(node in reply for reply in replies or []), replies
+
+        def cancelled() -> bool:  # (asked again if the reply is slow: cancelling is idempotent)
+            replies = self.app.control.cancel_consumer(
+                queue, destination=[node], reply=True, timeout=5
+            )
+            return any(node in reply for reply in replies or [])
+
+        wait_for(cancelled, timeout=30, interval=0, processes=[worker])
         time.sleep(BRPOP_TIMEOUT + 1)  # a BRPOP sent before the cancel has returned by then
 
     def executions(self, what: str = "start") -> Counter[int]:
