@@ -51,6 +51,25 @@ def run_ids_started(durable: DurableHarness) -> Counter[str]:
     return found
 
 
+def parent_of_one_child(
+    durable: DurableHarness, prefix: str, bodies: Counter[str] | None = None
+) -> Any:
+    """Durable tasks ``<prefix>.parent``, which returns the result of one child run, and
+    ``<prefix>.child``, which returns ``"done"`` (counted in ``bodies``); the parent task."""
+
+    @durable.task(name=f"{prefix}.child")
+    def child_task() -> str:
+        if bodies is not None:
+            bodies["child"] += 1
+        return "done"
+
+    @durable.task(name=f"{prefix}.parent")
+    def parent() -> str:
+        return str(durable.child(child_task))
+
+    return parent
+
+
 # -- W10 ---------------------------------------------------------------------------------------
 
 
@@ -96,15 +115,7 @@ def test_the_parent_resumes_without_the_childs_wake_up_one_lease_later(
     monkeypatch.setattr(children, "wake_parent", lambda run: None)
     monkeypatch.setattr(body, "wake_parent", lambda run: None)
 
-    @durable.task(name="kids.lost.child")
-    def child_task() -> str:
-        return "done"
-
-    @durable.task(name="kids.lost.parent")
-    def parent() -> str:
-        return str(durable.child(child_task))
-
-    parent.apply_async(task_id="lost")
+    parent_of_one_child(durable, "kids.lost").apply_async(task_id="lost")
     durable.run_until_idle()
     assert durable.run_ended("lost:0") == "finished"
     assert durable.run_ended("lost") is None
@@ -793,17 +804,7 @@ def test_a_lost_wake_up_is_sent_by_the_childs_redelivery_without_beat(
 
     monkeypatch.setattr(body, "wake_parent", dies_before_the_send)
     bodies: Counter[str] = Counter()
-
-    @durable.task(name="kids.lost.wake.child")
-    def child_task() -> str:
-        bodies["child"] += 1
-        return "done"
-
-    @durable.task(name="kids.lost.wake.parent")
-    def parent() -> str:
-        return str(durable.child(child_task))
-
-    parent.apply_async(task_id="lw")
+    parent_of_one_child(durable, "kids.lost.wake", bodies).apply_async(task_id="lw")
     durable.run_until_idle()
     assert deaths["left"] == 0 and durable.run_ended("lw:0") == "finished"
     row = durable.runs.row("lw")
