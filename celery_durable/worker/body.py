@@ -34,14 +34,21 @@ from celery_durable.store.runs import CANCELLED, FAULTED, FINISHED, PARKED
 from celery_durable.worker.children import wake_parent
 from celery_durable.worker.context import LostClaim, Park, RunContext, Suspend
 
-__all__ = ["ended_before_start", "execute"]
+__all__ = ["ended_already", "execute"]
 
 log = logging.getLogger("celery_durable.tasks")
 
 
-def ended_before_start(run: RunContext) -> Any:
-    """A run that ended while claimed, before its body ran (cancelled before it started,
-    W12): wake its parent and return (or raise) its outcome."""
+def ended_already(run: RunContext) -> Any:
+    """A delivery of a run that has ended: return (or raise) its stored outcome (W1), after
+    waking the parent of a child run when the parent is suspended (W10).
+
+    Such a delivery is a child cancelled before it started (its claim stored the end, W12)
+    or the broker's redelivery of a child whose worker died after storing the end, maybe
+    before it sent the parent the wake-up that the end's unit of work had marked: the
+    parent's row then says woken, and no other child's end sends it for
+    ``WAKE_AGAIN_AFTER`` seconds. This delivery sends it, so the parent resumes without the
+    dispatcher (at worst one wake-up more than needed: the parent suspends again)."""
     wake_parent(run)
     outcome: Outcome | None = run.state.outcome
     if outcome is None:  # pragma: no cover - the claim stored the end
@@ -116,6 +123,8 @@ def _end(run: RunContext, type_: str, status: str, data: dict[str, Any]) -> None
         # at once: it stops starting others.
         wake_at_once=status != FINISHED,
     )
+    if run.state.parent:
+        run.runtime.fault("after-child-end")  # crash tests: the end is stored, not yet sent
     wake_parent(run)
 
 

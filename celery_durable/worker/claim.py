@@ -87,10 +87,11 @@ def claimed(
     kwargs: dict[str, Any],
     eager: bool,
     owner: str,
-) -> RunContext | Ended | None:
-    """Read the run and store this delivery's claim: the claimed run, the run's end when it
-    has ended already, or ``None`` when another live delivery owns it (W8). Raises
-    :class:`Later` when the run is to be looked at again later."""
+) -> RunContext | None:
+    """Read the run and store this delivery's claim: the claimed run (its state ``ended``
+    when the run had ended already: nothing is stored then), or ``None`` when another live
+    delivery owns it (W8). Raises :class:`Later` when the run is to be looked at again
+    later."""
     runtime: Runtime = task.runtime
     journal = runtime.journal
     stream = run_stream(run_id)
@@ -156,7 +157,11 @@ def claimed(
     except DurableError as exc:
         # No claim stored, so nothing of the run ran: keep the message (W1).
         raise JournalUnavailable(str(exc)) from exc
-    return value if done else run
+    if isinstance(value, Ended):
+        # A redelivery of a run that ended (W1): its state says so, and the caller returns
+        # the stored outcome, after waking a child's parent (W10).
+        return run
+    return None if done else run
 
 
 def _first_send(request: Any) -> bool:

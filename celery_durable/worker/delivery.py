@@ -18,12 +18,10 @@ from celery.exceptions import Reject
 from celery.exceptions import Retry as CeleryRetry
 
 from celery_durable.config import ConfigError
-from celery_durable.core.outcomes import raise_for
-from celery_durable.core.run_aggregate import Ended
 from celery_durable.errors import JournalError, JournalUnavailable
 from celery_durable.message import OWNER_HEADER, decode_args
 from celery_durable.secret_lookup import secret_lookup
-from celery_durable.worker.body import ended_before_start, execute
+from celery_durable.worker.body import ended_already, execute
 from celery_durable.worker.claim import Later, claimed, short_sleep_limit
 from celery_durable.worker.context import DeliveryKilled, Suspend
 from celery_durable.worker.owners import new_owner
@@ -174,8 +172,6 @@ def _deliver_once(
         raise _NotClaimed(exc) from exc
     if run is None:
         return None
-    if isinstance(run, Ended):
-        return raise_for(run_id, run.outcome)
-    if run.state.ended:  # cancelled before it started (W12)
-        return ended_before_start(run)
+    if run.state.ended:  # ended before (W1), or cancelled before it started (W12)
+        return ended_already(run)
     return execute(run, args, kwargs, body)

@@ -15,10 +15,12 @@ Configured from the environment:
 * ``E2E_WORK`` -- seconds of work (a sleep) in each child's step and in each of the chord's
   members alike, so that the two do the same work (0.01 unless given);
 * ``E2E_LEASE`` (``durable_run_lease``) and ``E2E_VISIBILITY`` (Redis' visibility timeout,
-  small so that a killed worker's messages come back soon).
+  small so that a killed worker's messages come back soon; also the life of the lock of
+  kombu's sweep of them, which a worker killed while sweeping leaves behind).
 
-Parents go to the ``parents`` queue, children and the chord's members to ``kids``, so a test
-knows which worker holds which. Run with ``celery -A tests.support.children_app worker``.
+Parents (``kids.fan_out``, ``kids.one_child``) go to the ``parents`` queue, children and the
+chord's members to ``kids``, so a test knows which worker holds which. Run with
+``celery -A tests.support.children_app worker``.
 """
 
 from __future__ import annotations
@@ -46,9 +48,16 @@ if os.environ.get("E2E_VISIBILITY") and BROKER.startswith("redis"):
         "visibility_timeout": float(os.environ["E2E_VISIBILITY"]),
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
+        # A worker killed while it sweeps unacknowledged messages back leaves the sweep's
+        # lock behind, for 300 s by default: no worker sweeps until it expires.
+        "unacked_mutex_expire": float(os.environ["E2E_VISIBILITY"]),
     }
 WORK = float(os.environ.get("E2E_WORK", "0.01"))
-ROUTES = {"kids.fan_out": {"queue": PARENTS}, "kids.*": {"queue": KIDS}}
+ROUTES = {
+    "kids.fan_out": {"queue": PARENTS},
+    "kids.one_child": {"queue": PARENTS},
+    "kids.*": {"queue": KIDS},
+}
 app.conf.update(
     broker_transport_options=_transport,
     # A solo worker on RabbitMQ with a prefetch multiplier of 1 was seen to leave a delivered
@@ -131,6 +140,12 @@ def square(x: int) -> int:
 def fan_out(n: int, at_most: int) -> list[int]:
     """The parent: one child per input, at most ``at_most`` at a time."""
     return list(durable.map_children(square, range(n), at_most=at_most))
+
+
+@durable.task(name="kids.one_child")
+def one_child(x: int) -> int:
+    """A parent of one child, waited for at once (W10)."""
+    return int(durable.child(square, x))
 
 
 @app.task(name="kids.plain_square")

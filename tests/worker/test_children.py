@@ -51,6 +51,25 @@ def run_ids_started(durable: DurableHarness) -> Counter[str]:
     return found
 
 
+def parent_of_one_child(
+    durable: DurableHarness, prefix: str, bodies: Counter[str] | None = None
+) -> Any:
+    """Durable tasks ``<prefix>.parent``, which returns the result of one child run, and
+    ``<prefix>.child``, which returns ``"done"`` (counted in ``bodies``); the parent task."""
+
+    @durable.task(name=f"{prefix}.child")
+    def child_task() -> str:
+        if bodies is not None:
+            bodies["child"] += 1
+        return "done"
+
+    @durable.task(name=f"{prefix}.parent")
+    def parent() -> str:
+        return str(durable.child(child_task))
+
+    return parent
+
+
 # -- W10 ---------------------------------------------------------------------------------------
 
 
@@ -89,20 +108,14 @@ def test_the_parent_resumes_without_the_childs_wake_up_one_lease_later(
     sqlite_durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     durable = sqlite_durable
-    from celery_durable.worker import children
+    # body first: imported after the patch of children, it would copy the patched function
+    # and keep it when the patches are undone (every later test's child then wakes nothing).
+    from celery_durable.worker import body, children
 
     monkeypatch.setattr(children, "wake_parent", lambda run: None)
-    monkeypatch.setattr("celery_durable.worker.body.wake_parent", lambda run: None)
+    monkeypatch.setattr(body, "wake_parent", lambda run: None)
 
-    @durable.task(name="kids.lost.child")
-    def child_task() -> str:
-        return "done"
-
-    @durable.task(name="kids.lost.parent")
-    def parent() -> str:
-        return str(durable.child(child_task))
-
-    parent.apply_async(task_id="lost")
+    parent_of_one_child(durable, "kids.lost").apply_async(task_id="lost")
     durable.run_until_idle()
     assert durable.run_ended("lost:0") == "finished"
     assert durable.run_ended("lost") is None
@@ -770,6 +783,40 @@ def test_a_child_failure_recorded_before_a_crash_fails_the_fan_out_on_the_next_d
     durable.advance(timedelta(seconds=durable.config.run_lease + 1))
     assert durable.result("fc") == "child: ValueError"
     assert [rid for rid, _ in durable.children("fc")] == started, "no child started after"
+
+
+def test_a_lost_wake_up_is_sent_by_the_childs_redelivery_without_beat(
+    durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's worker dies after storing the child's end (which marked the parent woken)
+    and before sending the parent. No dispatcher runs; the broker delivers the child's message
+    again (never acknowledged), and that delivery, finding the child ended, wakes the parent."""
+    from celery_durable.worker import body
+
+    real_wake = body.wake_parent
+    deaths = {"left": 1}
+
+    def dies_before_the_send(run: Any) -> None:
+        if deaths["left"]:
+            deaths["left"] -= 1
+            return  # (the worker is gone: the wake-up its end marked is never sent)
+        real_wake(run)
+
+    monkeypatch.setattr(body, "wake_parent", dies_before_the_send)
+    bodies: Counter[str] = Counter()
+    parent_of_one_child(durable, "kids.lost.wake", bodies).apply_async(task_id="lw")
+    durable.run_until_idle()
+    assert deaths["left"] == 0 and durable.run_ended("lw:0") == "finished"
+    row = durable.runs.row("lw")
+    assert row is not None and row["status"] == "suspended" and row["lease_until"] is not None
+    # Another child's end within 30 s would find the mark and send nothing; the broker's
+    # redelivery of the child's message is what comes.
+    resend = durable.runs.resend_of("lw:0")
+    assert resend is not None
+    resend.send(durable.app)
+    durable.run_until_idle()
+    assert durable.result("lw") == "done"
+    assert bodies == {"child": 1}
 
 
 # -- a lost start without beat (W10) --------------------------------------------------------------
