@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from typing import Any
 
@@ -25,6 +26,12 @@ def _durable(url: str, **conf: Any) -> Durable:
 
 
 def _drop_sessions(url: str, tag: str) -> None:
+    """End the sessions named ``tag`` and wait until they are gone: ``pg_terminate_backend``
+    only signals a server process, which then sends its error, closes the socket and leaves
+    ``pg_stat_activity``. A restart is over before the next append in the case under test;
+    without the wait, a loaded machine could check out the connection before its socket
+    shows the close (seen 2026-12-06)."""
+    by_tag = {"tag": tag}
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
@@ -33,8 +40,16 @@ def _drop_sessions(url: str, tag: str) -> None:
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = :tag"
                 ),
-                {"tag": tag},
+                by_tag,
             )
+        left = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag")
+        deadline = time.monotonic() + 10
+        while True:
+            with engine.connect() as conn:
+                if not conn.execute(left, by_tag).scalar():
+                    return
+            assert time.monotonic() < deadline, f"the sessions {tag!r} did not end in 10 s"
+            time.sleep(0.01)
     finally:
         engine.dispose()
 
