@@ -661,6 +661,57 @@ def test_bad_input_is_refused_before_anything_is_stored(durable: DurableHarness)
         durable.map_children(ok, [1], at_most=1)
 
 
+def test_arguments_the_child_task_cannot_take_and_signatures_are_refused_before_storing(
+    durable: DurableHarness,
+) -> None:
+    """A child's arguments are checked against its task as ``apply_async`` checks them, and
+    a signature (whose arguments would be dropped) is refused: a ``TypeError`` at the call,
+    nothing stored, no child that faults later (W10, W11)."""
+
+    @durable.task(name="kids.one.arg")
+    def one_arg(x: int) -> int:
+        return x
+
+    @durable.task(name="kids.two.args")
+    def two_args(x: int, y: int) -> int:
+        return x + y
+
+    errors: dict[str, str] = {}
+
+    @durable.task(name="kids.bad.call")
+    def parent() -> Any:
+        for label, call in {
+            "missing": lambda: durable.child(one_arg),
+            "extra": lambda: durable.start_child(one_arg, 1, 2),
+            "keyword": lambda: durable.child("kids.one.arg", 1, y=2),
+            "map": lambda: durable.map_children(two_args, [1, 2], at_most=2),
+            "signature": lambda: durable.child(one_arg.s(1)),
+            "map_signature": lambda: durable.map_children(one_arg.s(), [1], at_most=1),
+        }.items():
+            try:
+                call()
+            except TypeError as exc:
+                errors[label] = str(exc)
+        return [errors, durable.child(one_arg, 7)]
+
+    parent.apply_async(task_id="bc")
+    durable.run_until_idle()
+    seen, value = durable.result("bc")
+    assert value == 7
+    assert "missing 1 required positional argument" in seen["missing"], seen
+    assert "takes 1 positional argument but 2 were given" in seen["extra"], seen
+    assert "unexpected keyword argument 'y'" in seen["keyword"], seen
+    assert "missing 1 required positional argument: 'y'" in seen["map"], seen
+    assert "child task 'kids.one.arg'" in seen["missing"], seen
+    assert "each input of map_children('kids.two.args')" in seen["map"], seen
+    for label in ("signature", "map_signature"):
+        assert "not a signature" in seen[label], seen
+    # A refused call takes no position: the child started afterwards is the body's first.
+    assert durable.children("bc") == [("bc:0", "finished")]
+    assert events_of(durable, "bc").count("ChildStarted") == 1
+    assert "FanOutStarted" not in events_of(durable, "bc")
+
+
 # -- W13 ------------------------------------------------------------------------------------------
 
 
