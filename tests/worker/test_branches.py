@@ -225,6 +225,51 @@ def test_bad_input_is_refused_before_anything_is_stored(env: Env) -> None:
         assert env.positions(rid) == {}, "no position is stored for refused input"
 
 
+def test_branches_that_need_arguments_are_refused_before_anything_is_stored(env: Env) -> None:
+    """A branch is a callable *without arguments* (W9), gather's ``fn`` takes one item: one
+    that cannot be called so is refused at the call, not run as a branch that fails (which
+    stored the group, its stop or a race's winner, and took a position)."""
+
+    def two(a: int, b: int) -> int:
+        return a + b
+
+    @env.durable.step(name="after")
+    def after() -> str:
+        return "after"
+
+    @env.durable.task(name="t.args")
+    def body(which: str) -> Any:
+        try:
+            if which == "parallel":
+                parallel(lambda: 1, lambda x: x)
+            elif which == "race":
+                race(two, lambda: 1)
+            elif which == "gather_none":
+                gather(lambda: 1, [1, 2])
+            else:
+                gather(two, [1, 2])
+        except TypeError as exc:
+            return [str(exc), after()]
+        return None
+
+    cases = {
+        "parallel": "parallel: branch 1 must be a callable without arguments",
+        "race": "race: branch 0 must be a callable without arguments",
+        "gather_none": "gather: fn must take one item as its argument",
+        "gather_two": "gather: fn must take one item as its argument",
+    }
+    for which, message in cases.items():
+        rid = new_id()
+        error, value = env.run(body, which, run_id=rid)
+        assert message in error, error
+        assert value == "after"
+        # Nothing stored for the refused call, and it took no position.
+        assert env.positions(rid) == {0: ("after", "step", "completed", "after")}
+    # Defaults, *args and callables without a readable signature are fine.
+    assert parallel(lambda x=1: x, lambda *args: len(args)) == [1, 0]
+    assert gather(str, [1, 2]) == ["1", "2"]
+
+
 def test_durable_sleep_and_signal_waits_are_refused_inside_a_branch(env: Env) -> None:
     @env.durable.task(name="t.refuse")
     def body(which: str) -> Any:
