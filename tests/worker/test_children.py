@@ -273,6 +273,49 @@ def test_a_child_cancelled_before_it_started_never_runs_its_body(
     assert bodies["never"] == 0
 
 
+def test_a_child_whose_start_is_stored_can_be_cancelled_before_a_worker_takes_it(
+    durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's start is stored (``start_child`` returned, ``durable.children`` lists it
+    ``queued``) but no worker has taken its message yet: ``durable.cancel`` of the child is
+    stored (W7, W12), the child ends cancelled without running its body, and the waiting
+    parent sees kind ``cancelled``. ``durable.outcome`` waits for it as for any started run
+    (``TimeoutError``, not ``LookupError``)."""
+    from celery_durable.worker import children
+
+    held: list[Any] = []
+    monkeypatch.setattr(children, "_send", lambda runtime, sends: held.extend(sends))
+    bodies: Counter[str] = Counter()
+
+    @durable.task(name="kids.queued")
+    def queued_child() -> None:
+        bodies["child"] += 1
+
+    @durable.task(name="kids.queued.parent")
+    def parent() -> str:
+        try:
+            durable.child(queued_child)
+        except StepFailed as exc:
+            return exc.kind
+        return "finished"
+
+    parent.apply_async(task_id="cq")
+    durable.run_until_idle()
+    assert durable.children("cq") == [("cq:0", "queued")]
+    with pytest.raises(TimeoutError):
+        durable.outcome("cq:0", timeout=0)
+    assert durable.cancel("cq:0") is True
+    assert durable.cancel("cq:0") is False  # asked already
+    for resend in held:  # the start's message arrives
+        resend.send(durable.app)
+    durable.run_until_idle()
+    assert durable.run_ended("cq:0") == "cancelled"
+    assert bodies["child"] == 0
+    assert durable.result("cq") == "cancelled"
+    with pytest.raises(LookupError):
+        durable.cancel("cq:7")  # no start stored: never started
+
+
 def test_cancelling_a_child_does_not_cancel_its_parent(durable: DurableHarness) -> None:
     from celery_durable import sleep as durable_sleep
 
