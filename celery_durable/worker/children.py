@@ -72,7 +72,7 @@ from celery_durable.errors import DurableError, StepFailed
 from celery_durable.fast_publish import send_resends
 from celery_durable.message import FIRST_SEND_HEADER, PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.runs import SUSPENDED
+from celery_durable.store.runs import QUEUED, SUSPENDED
 from celery_durable.worker.context import Changed, RunContext, WaitFor, current_run
 from celery_durable.worker.parent_states import parent_states
 from celery_durable.worker.steps import cancelled, step_failed
@@ -610,7 +610,10 @@ def child_states(runtime: Runtime, run_id: str) -> list[tuple[str, str]]:
     the child's row status (``queued``, ``running``, ``suspended``, ``finished`` …)."""
     state = _read(runtime, run_id)
     if not state.started:
-        raise LookupError(f"no durable run {run_id!r} has started")
+        row = runtime.runs.row(run_id)
+        if row is None or row.get("status") != QUEUED:
+            raise LookupError(f"no durable run {run_id!r} has started")
+        return []  # sent (a child whose start is stored), not yet taken by a worker
     ids: list[str] = []
     for _pos, record in sorted(state.positions.items(), key=lambda i: position_order(i[0])):
         if record.child is not None:

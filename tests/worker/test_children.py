@@ -798,6 +798,29 @@ def test_runs_show_lists_the_children_and_a_child_names_its_parent(
     assert states["sp:0"] == "finished" and states["sp:1.1"] == "faulted"
 
 
+def test_a_queued_child_names_its_parent_and_has_no_children_yet(
+    celery_app: Celery, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before a worker takes a child's message its own stream is empty: ``runs show`` still
+    names the parent (from the message its parent sent), and ``durable.children`` of it is
+    empty rather than "never started" (W13)."""
+    from celery_durable.worker import children
+    from tests.cli.test_cli import as_json, ok
+
+    with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
+        durable.start()
+        monkeypatch.setattr(children, "_send", lambda runtime, sends: None)
+        parent_of_one_child(durable, "kids.held").apply_async(task_id="qp")
+        durable.run_until_idle()
+        assert durable.children("qp") == [("qp:0", "queued")]
+        assert durable.children("qp:0") == []
+    detail = as_json(sqlite_url, "runs", "show", "qp:0")
+    assert detail["durable"]["status"] == "queued"
+    assert detail["durable"]["parent"] == "qp"
+    assert detail["durable"]["children"] == []
+    assert "Parent  qp" in ok(sqlite_url, "runs", "show", "qp:0")
+
+
 # -- ordering of the journal's facts at a fan-out (W7, W11, W12) ---------------------------------
 
 
