@@ -69,6 +69,9 @@ R = TypeVar("R")
 MAX_THREADS = 32
 """Threads of one ``parallel``/``race`` call at most (more branches wait for a free thread)."""
 
+RETRY_WAIT_SLICE = 0.05
+"""Seconds a branch waiting to retry a step sleeps between looks at its group's stop."""
+
 
 class Abandoned(BaseException):
     """A branch stopped at a step it may no longer start (another branch failed or won)."""
@@ -149,6 +152,24 @@ class BranchRun(RunContext):
 
     def old_branch(self, position: PositionId, change_id: str) -> None:
         self.root.old_branch(position, change_id)
+
+    def retry_wait(self, seconds: float) -> None:
+        """Wait for a step's next attempt, looking at the group's stop meanwhile: once another
+        branch failed (or a race was decided) the next attempt would be a step started after
+        the stop, so the branch stops here instead (W9), and ``parallel`` raises the failure
+        without waiting out the back-off (up to a minute between attempts). A replay begins
+        the group stopped and stops this branch at the same step, whose attempts are not
+        settled."""
+        left = seconds
+        while True:
+            with self.call.lock:
+                if self.group.stopped:
+                    raise Abandoned()
+            if left <= 0:
+                return
+            piece = min(left, RETRY_WAIT_SLICE)
+            self.root.wait(piece)
+            left -= piece
 
     def append(self, *args: Any, **kwargs: Any) -> None:
         """Store through the delivery; refused once the branch lost its race.

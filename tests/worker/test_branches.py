@@ -20,7 +20,7 @@ from celery_durable import Cancelled, StepFailed, gather, parallel, patched, rac
 from celery_durable.core.branches import position_order
 from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold
-from celery_durable.errors import DurableError, RunParked
+from celery_durable.errors import DurableError, RunFaulted, RunParked
 from celery_durable.worker.branches import BranchRun
 from celery_durable.worker.context import current_run, step_context
 from celery_durable.worker.primitives import sleep, wait_signal
@@ -128,6 +128,46 @@ def test_a_failing_branch_stops_the_others_and_is_raised(env: Env) -> None:
     assert stored["0.0.0"][2] == "completed", "the step in flight is stored"
     assert "0.0.1" not in stored
     assert env.durable.outcome(rid, 1).error_type == "celery_durable.errors.StepFailed"  # type: ignore[union-attr]
+
+
+def test_a_branch_waiting_to_retry_a_step_starts_no_attempt_once_another_failed(
+    env: Env,
+) -> None:
+    """A step in a retry back-off when another branch fails tries no more (W9: no further
+    step of the other branches starts), and ``parallel`` raises without waiting out the
+    back-offs (here 5 attempts, 30 s in all)."""
+    from celery_durable import Retry
+
+    attempts: list[float] = []
+    first_failed = threading.Event()
+
+    @env.durable.step(retry=Retry.times(5, initial=2))
+    def flaky() -> None:
+        attempts.append(time.monotonic())
+        first_failed.set()
+        raise ValueError("not yet")
+
+    @env.durable.step
+    def boom() -> None:
+        first_failed.wait(10)
+        time.sleep(0.1)  # flaky is in its back-off now
+        raise RuntimeError("branch 0 broke")
+
+    @env.durable.task(name="t.retrying")
+    def body() -> Any:
+        return parallel(boom, flaky)
+
+    rid = new_id()
+    began = time.monotonic()
+    with pytest.raises(StepFailed, match="branch 0 broke"):
+        env.run(body, run_id=rid)
+    assert len(attempts) == 1, "no attempt starts after the group stopped"
+    assert time.monotonic() - began < 1.9, "the back-off is not waited out"
+    stored = env.positions(rid)
+    assert stored["0.0.0"][2] == "failed" and stored["0.1.0"][2] == "retrying"
+    with pytest.raises(RunFaulted, match="branch 0 broke"):
+        env.run(body, run_id=rid)  # a redelivery returns the stored outcome (W1)
+    assert len(attempts) == 1
 
 
 def test_race_stores_its_winner_and_replay_returns_it(env: Env) -> None:
