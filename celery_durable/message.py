@@ -24,6 +24,7 @@ handed the app.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -409,6 +410,17 @@ def message_json(
         "kwargs": dict(kwargs or {}),
         "options": dict(options or {}),
     }
+
+
+def sent_parent(message: Mapping[str, Any] | str | None) -> str | None:
+    """The parent named in the message a child run was sent with (W10): the run table's
+    ``message`` column (JSON text or its value). Until a worker takes that message the
+    child's stream is empty, and this is what says who started it (W13)."""
+    if not message:
+        return None
+    value = json.loads(message) if isinstance(message, str) else message
+    parent = (value.get("headers") or {}).get(PARENT_HEADER)
+    return parent if isinstance(parent, str) and parent else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

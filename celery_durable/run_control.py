@@ -25,6 +25,7 @@ from celery_durable.core.run_aggregate import (
 from celery_durable.errors import DurableError, RunEnded
 from celery_durable.message import Resend
 from celery_durable.store.conflicts import retry_on_conflict
+from celery_durable.store.runs import QUEUED
 
 if TYPE_CHECKING:
     from celery_durable.runtime import Runtime
@@ -36,6 +37,15 @@ def _read(runtime: Runtime, run_id: str, state: RunState | None = None) -> RunSt
     return fold(runtime.journal.read_stream(run_stream(run_id), state.version), state)
 
 
+def _sent(runtime: Runtime, run_id: str) -> bool:
+    """Whether the run's message was sent and no worker has taken it yet: its row is
+    ``queued`` (a child whose start its parent stored, W10, or a run the dispatcher sent).
+    Such a run has started for its caller (``start_child`` returned its handle) though its
+    own stream is still empty: it is waited for and can be cancelled (W7, W12)."""
+    row = runtime.runs.row(run_id)
+    return row is not None and row.get("status") == QUEUED
+
+
 def outcome_of(state: RunState) -> Outcome | None:
     """The outcome recorded in ``state`` (a parked run counts as ``Faulted``, kind ``parked``)."""
     return state.outcome if state.outcome is not None else parked_outcome(state)
@@ -45,7 +55,8 @@ def outcome(runtime: Runtime, run_id: str, timeout: float | None = None) -> Outc
     """Wait for the run to end and return ``Finished``, ``Faulted`` or ``Cancelled`` (W7).
 
     ``timeout=None`` waits for ever. Raises ``TimeoutError`` when the time passes, and
-    ``LookupError`` when by then the run has never started.
+    ``LookupError`` when by then the run has never started (nor been sent: a child whose
+    start is stored counts as started).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     state = RunState()
@@ -56,7 +67,7 @@ def outcome(runtime: Runtime, run_id: str, timeout: float | None = None) -> Outc
         if found is not None:
             return found
         if deadline is not None and time.monotonic() >= deadline:
-            if not state.started:
+            if not state.started and not _sent(runtime, run_id):
                 raise LookupError(f"no durable run {run_id!r} has started")
             raise TimeoutError(f"run {run_id!r} did not end within {timeout:g} s")
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -144,12 +155,19 @@ def cancel(runtime: Runtime, run_id: str) -> bool:
     next step it reaches, may run cleanup steps, and ends ``Cancelled`` unless it returns.
 
     Returns ``False`` when the run had ended already or a cancel was already requested.
-    Raises ``LookupError`` for a run that never started.
+    Raises ``LookupError`` for a run that never started. A run sent but not yet taken by a
+    worker (a child whose start its parent stored) takes the request too: it then ends
+    cancelled without running its body (W12), and a parent waiting for it sees kind
+    ``cancelled``.
     """
+    sent: list[bool] = []
 
     def make(state: RunState) -> NewEvent | None:
         if not state.started:
-            raise LookupError(f"no durable run {run_id!r} has started")
+            if not sent:
+                sent.append(_sent(runtime, run_id))
+            if not sent[0]:
+                raise LookupError(f"no durable run {run_id!r} has started")
         if state.ended or state.cancel_requested:
             return None
         return NewEvent(type=RUN_CANCEL_REQUESTED, data={"v": FORMAT})

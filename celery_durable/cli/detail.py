@@ -97,6 +97,7 @@ def _outcome_json(state: Any) -> dict[str, Any] | None:
 
 def durable_json(events: list[Any], row: Mapping[str, Any] | None) -> dict[str, Any]:
     from celery_durable.core import run_aggregate as replay
+    from celery_durable.message import sent_parent
 
     state = replay.fold(events)
     started = next((e for e in events if e.type == replay.RUN_STARTED), None)
@@ -106,7 +107,7 @@ def durable_json(events: list[Any], row: Mapping[str, Any] | None) -> dict[str, 
     return {
         "task": state.task or (row["task"] if row is not None else None),
         "status": status,
-        "parent": state.parent,
+        "parent": state.parent or sent_parent(None if row is None else row.get("message")),
         "started_at": utc_json(started.recorded_at) if started is not None else None,
         "updated_at": utc_json(row["updated_at"]) if row is not None else None,
         "args": message.get("args"),

@@ -33,6 +33,7 @@ Outside a durable run (and inside a step) the three are plain concurrent calls i
 from __future__ import annotations
 
 import contextvars
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -67,6 +68,9 @@ R = TypeVar("R")
 
 MAX_THREADS = 32
 """Threads of one ``parallel``/``race`` call at most (more branches wait for a free thread)."""
+
+RETRY_WAIT_SLICE = 0.05
+"""Seconds a branch waiting to retry a step sleeps between looks at its group's stop."""
 
 
 class Abandoned(BaseException):
@@ -149,6 +153,24 @@ class BranchRun(RunContext):
     def old_branch(self, position: PositionId, change_id: str) -> None:
         self.root.old_branch(position, change_id)
 
+    def retry_wait(self, seconds: float) -> None:
+        """Wait for a step's next attempt, looking at the group's stop meanwhile: once another
+        branch failed (or a race was decided) the next attempt would be a step started after
+        the stop, so the branch stops here instead (W9), and ``parallel`` raises the failure
+        without waiting out the back-off (up to a minute between attempts). A replay begins
+        the group stopped and stops this branch at the same step, whose attempts are not
+        settled."""
+        left = seconds
+        while True:
+            with self.call.lock:
+                if self.group.stopped:
+                    raise Abandoned()
+            if left <= 0:
+                return
+            piece = min(left, RETRY_WAIT_SLICE)
+            self.root.wait(piece)
+            left -= piece
+
     def append(self, *args: Any, **kwargs: Any) -> None:
         """Store through the delivery; refused once the branch lost its race.
 
@@ -182,7 +204,27 @@ def _callables(branches: Sequence[Any], what: str) -> list[Callable[[], Any]]:
                 f"{what}: branch {index} must be a callable without arguments, "
                 f"not {type(branch).__name__}"
             )
+        problem = _call_problem(branch)
+        if problem is not None:
+            raise TypeError(
+                f"{what}: branch {index} must be a callable without arguments: {problem}"
+            )
     return list(branches)
+
+
+def _call_problem(fn: Callable[..., Any], *args: Any) -> str | None:
+    """Why ``fn(*args)`` cannot be called, or ``None``. Checked before the call's position is
+    taken: run as a branch, the ``TypeError`` would be a branch's failure, stored with the
+    group (W9). A callable without a readable signature (some builtins) is not checked."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        return str(exc)
+    return None
 
 
 def _at_most(value: Any) -> int:
@@ -333,6 +375,9 @@ def gather(fn: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS)
     """``fn(item)`` for every item, at most ``at_most`` at a time; results in item order (W9)."""
     if not callable(fn):
         raise TypeError(f"gather: fn must be callable, not {type(fn).__name__}")
+    problem = _call_problem(fn, None)
+    if problem is not None:
+        raise TypeError(f"gather: fn must take one item as its argument: {problem}")
     limit = _at_most(at_most)
     values = list(items)
     branches = [(lambda item=item: fn(item)) for item in values]

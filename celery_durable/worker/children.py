@@ -32,6 +32,8 @@ from contextlib import nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from celery.canvas import Signature
+
 from celery_durable.core.branches import position_order
 from celery_durable.core.children import (
     CHILD,
@@ -70,7 +72,7 @@ from celery_durable.errors import DurableError, StepFailed
 from celery_durable.fast_publish import send_resends
 from celery_durable.message import FIRST_SEND_HEADER, PARENT_HEADER, Resend
 from celery_durable.store.conflicts import retry_on_conflict
-from celery_durable.store.runs import SUSPENDED
+from celery_durable.store.runs import QUEUED, SUSPENDED
 from celery_durable.worker.context import Changed, RunContext, WaitFor, current_run
 from celery_durable.worker.parent_states import parent_states
 from celery_durable.worker.steps import cancelled, step_failed
@@ -118,7 +120,15 @@ def _parent_run(what: str) -> RunContext:
 
 
 def _durable_task(runtime: Runtime, task: Any, what: str) -> str:
-    """The name of ``task``, checked to be a registered durable task of this app."""
+    """The name of ``task``, checked to be a registered durable task of this app.
+
+    A signature is refused: its name would be taken and its arguments and options dropped
+    (the child's arguments are given to the call itself)."""
+    if isinstance(task, Signature):
+        raise TypeError(
+            f"{what}() takes a durable task or its name, not a signature "
+            f"({task.task!r}): give the child's arguments to {what}() itself"
+        )
     name = runtime.task_name(task)
     runtime.require_task(name)  # UnknownTask (A7)
     if not runtime.is_durable(name):
@@ -135,6 +145,23 @@ def _check_input(runtime: Runtime, args: Any, kwargs: Any, what: str) -> None:
     check_json_value(
         dict(kwargs), f"the keyword arguments of {what}", max_bytes=limit, error=DurableError
     )
+
+
+def _check_call(runtime: Runtime, name: str, args: Any, kwargs: Any, what: str) -> None:
+    """Refuse arguments the child's task cannot take, as its ``apply_async`` would
+    (``task.__header__``; not checked when the task has ``typing=False``).
+
+    Checked at every delivery, before the call takes a position, whatever the journal holds
+    (as the JSON check): a refused call takes no position, so a check skipped on replay
+    because a later call's start is stored there would shift every later position."""
+    task = runtime.app.tasks.get(name)
+    header = getattr(task, "__header__", None)
+    if header is None or getattr(task, "typing", True) is False:
+        return
+    try:
+        header(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{what} cannot be called with these arguments: {exc}") from None
 
 
 def _line_position(run: RunContext, position: PositionId, what: str) -> int:
@@ -245,6 +272,7 @@ def start_child(
     run = _parent_run("start_child")
     name = _durable_task(runtime, task, "start_child")
     _check_input(runtime, args, kwargs, f"child task {name!r}")
+    _check_call(runtime, name, args, kwargs, f"child task {name!r}")
     upcoming = _line_position(run, run.peek()[0], "start_child")
     _check_run_id(child_run_id(run.run_id, upcoming), "start_child")
     position, record = run.reach(name, CHILD)
@@ -320,6 +348,8 @@ def map_children(runtime: Runtime, task: Any, inputs: Iterable[Any], at_most: in
     if isinstance(inputs, str | bytes):
         raise TypeError("map_children() takes an iterable of inputs, not a single str")
     items = list(inputs)
+    if items:  # every child is called task(input): one input's call says it for all
+        _check_call(runtime, name, (items[0],), {}, f"each input of map_children({name!r})")
     upcoming = _line_position(run, run.peek()[0], "map_children")
     _check_run_id(child_run_id(run.run_id, upcoming, max(len(items) - 1, 0)), "map_children")
     position, record = run.reach(name, CHILDREN)
@@ -580,7 +610,10 @@ def child_states(runtime: Runtime, run_id: str) -> list[tuple[str, str]]:
     the child's row status (``queued``, ``running``, ``suspended``, ``finished`` …)."""
     state = _read(runtime, run_id)
     if not state.started:
-        raise LookupError(f"no durable run {run_id!r} has started")
+        row = runtime.runs.row(run_id)
+        if row is None or row.get("status") != QUEUED:
+            raise LookupError(f"no durable run {run_id!r} has started")
+        return []  # sent (a child whose start is stored), not yet taken by a worker
     ids: list[str] = []
     for _pos, record in sorted(state.positions.items(), key=lambda i: position_order(i[0])):
         if record.child is not None:

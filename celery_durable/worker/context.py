@@ -185,6 +185,10 @@ class RunContext:
         if seconds > 0:
             self.runtime.sleep(seconds)
 
+    def retry_wait(self, seconds: float) -> None:
+        """Wait in the worker before a step's next attempt (a parallel branch overrides it)."""
+        self.wait(seconds)
+
     def notify(self, moment: str, position: PositionId, name: str) -> None:
         """Tell the runtime's step hooks (tests) that a step is ``"call"``-ed or ``"stored"``."""
         hooks = self.runtime.step_hooks

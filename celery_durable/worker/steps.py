@@ -287,7 +287,7 @@ def _wait_or_suspend(
     if (wait <= INLINE_WAIT or run.inline_waits) and not run.state.cancel_pending:
         if events:
             run.append(events)
-        run.wait(wait)
+        run.retry_wait(wait)
         return
     if run.state.cancel_pending:
         raise cancelled(run, position, name, kind, attempts)

@@ -831,6 +831,36 @@ def test_run_pages_link_a_parent_and_its_children_both_ways(
     assert client.get(LIST + "run/nobody/").status_code == 404
 
 
+def test_the_page_of_a_child_no_worker_has_taken_yet_links_its_parent(
+    client: Any, durable: Durable, journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W13 before the child's message is taken (its stream is empty, its row queued): its
+    page exists and links its parent, named by the message the parent sent."""
+    from django.contrib.admin.utils import quote
+
+    from celery_durable.testing import DurableHarness
+    from celery_durable.worker import children
+
+    @durable.task(name="shop.later", shared=False)
+    def later() -> int:
+        return 1
+
+    @durable.task(name="shop.waits", shared=False)
+    def waits() -> int:
+        return int(durable.child(later))
+
+    monkeypatch.setattr(children, "_send", lambda runtime, sends: None)
+    with DurableHarness(durable.app, journal_url) as harness:
+        harness.start()
+        waits.apply_async(task_id="held")
+        harness.run_until_idle()
+    page = client.get(f"{LIST}run/{quote('held:0')}/")
+    assert page.status_code == 200
+    child = text(page)
+    assert f'<a href="{LIST}run/held/"><code>held</code></a>' in child
+    assert "queued" in child and "No child runs." in child
+
+
 def test_the_run_page_of_a_run_with_a_parallel_and_a_child(
     client: Any, durable: Durable, journal_url: str
 ) -> None:

@@ -20,7 +20,7 @@ from celery_durable import Cancelled, StepFailed, gather, parallel, patched, rac
 from celery_durable.core.branches import position_order
 from celery_durable.core.ids import run_stream
 from celery_durable.core.run_aggregate import fold
-from celery_durable.errors import DurableError, RunParked
+from celery_durable.errors import DurableError, RunFaulted, RunParked
 from celery_durable.worker.branches import BranchRun
 from celery_durable.worker.context import current_run, step_context
 from celery_durable.worker.primitives import sleep, wait_signal
@@ -130,6 +130,46 @@ def test_a_failing_branch_stops_the_others_and_is_raised(env: Env) -> None:
     assert env.durable.outcome(rid, 1).error_type == "celery_durable.errors.StepFailed"  # type: ignore[union-attr]
 
 
+def test_a_branch_waiting_to_retry_a_step_starts_no_attempt_once_another_failed(
+    env: Env,
+) -> None:
+    """A step in a retry back-off when another branch fails tries no more (W9: no further
+    step of the other branches starts), and ``parallel`` raises without waiting out the
+    back-offs (here 5 attempts, 30 s in all)."""
+    from celery_durable import Retry
+
+    attempts: list[float] = []
+    first_failed = threading.Event()
+
+    @env.durable.step(retry=Retry.times(5, initial=2))
+    def flaky() -> None:
+        attempts.append(time.monotonic())
+        first_failed.set()
+        raise ValueError("not yet")
+
+    @env.durable.step
+    def boom() -> None:
+        first_failed.wait(10)
+        time.sleep(0.1)  # flaky is in its back-off now
+        raise RuntimeError("branch 0 broke")
+
+    @env.durable.task(name="t.retrying")
+    def body() -> Any:
+        return parallel(boom, flaky)
+
+    rid = new_id()
+    began = time.monotonic()
+    with pytest.raises(StepFailed, match="branch 0 broke"):
+        env.run(body, run_id=rid)
+    assert len(attempts) == 1, "no attempt starts after the group stopped"
+    assert time.monotonic() - began < 1.9, "the back-off is not waited out"
+    stored = env.positions(rid)
+    assert stored["0.0.0"][2] == "failed" and stored["0.1.0"][2] == "retrying"
+    with pytest.raises(RunFaulted, match="branch 0 broke"):
+        env.run(body, run_id=rid)  # a redelivery returns the stored outcome (W1)
+    assert len(attempts) == 1
+
+
 def test_race_stores_its_winner_and_replay_returns_it(env: Env) -> None:
     fast = {"branch": 0}
     gates = [threading.Event(), threading.Event()]
@@ -223,6 +263,51 @@ def test_bad_input_is_refused_before_anything_is_stored(env: Env) -> None:
         with pytest.raises(error, match=message):
             env.run(body, which, run_id=rid)
         assert env.positions(rid) == {}, "no position is stored for refused input"
+
+
+def test_branches_that_need_arguments_are_refused_before_anything_is_stored(env: Env) -> None:
+    """A branch is a callable *without arguments* (W9), gather's ``fn`` takes one item: one
+    that cannot be called so is refused at the call, not run as a branch that fails (which
+    stored the group, its stop or a race's winner, and took a position)."""
+
+    def two(a: int, b: int) -> int:
+        return a + b
+
+    @env.durable.step(name="after")
+    def after() -> str:
+        return "after"
+
+    @env.durable.task(name="t.args")
+    def body(which: str) -> Any:
+        try:
+            if which == "parallel":
+                parallel(lambda: 1, lambda x: x)
+            elif which == "race":
+                race(two, lambda: 1)
+            elif which == "gather_none":
+                gather(lambda: 1, [1, 2])
+            else:
+                gather(two, [1, 2])
+        except TypeError as exc:
+            return [str(exc), after()]
+        return None
+
+    cases = {
+        "parallel": "parallel: branch 1 must be a callable without arguments",
+        "race": "race: branch 0 must be a callable without arguments",
+        "gather_none": "gather: fn must take one item as its argument",
+        "gather_two": "gather: fn must take one item as its argument",
+    }
+    for which, message in cases.items():
+        rid = new_id()
+        error, value = env.run(body, which, run_id=rid)
+        assert message in error, error
+        assert value == "after"
+        # Nothing stored for the refused call, and it took no position.
+        assert env.positions(rid) == {0: ("after", "step", "completed", "after")}
+    # Defaults, *args and callables without a readable signature are fine.
+    assert parallel(lambda x=1: x, lambda *args: len(args)) == [1, 0]
+    assert gather(str, [1, 2]) == ["1", "2"]
 
 
 def test_durable_sleep_and_signal_waits_are_refused_inside_a_branch(env: Env) -> None:

@@ -273,6 +273,49 @@ def test_a_child_cancelled_before_it_started_never_runs_its_body(
     assert bodies["never"] == 0
 
 
+def test_a_child_whose_start_is_stored_can_be_cancelled_before_a_worker_takes_it(
+    durable: DurableHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's start is stored (``start_child`` returned, ``durable.children`` lists it
+    ``queued``) but no worker has taken its message yet: ``durable.cancel`` of the child is
+    stored (W7, W12), the child ends cancelled without running its body, and the waiting
+    parent sees kind ``cancelled``. ``durable.outcome`` waits for it as for any started run
+    (``TimeoutError``, not ``LookupError``)."""
+    from celery_durable.worker import children
+
+    held: list[Any] = []
+    monkeypatch.setattr(children, "_send", lambda runtime, sends: held.extend(sends))
+    bodies: Counter[str] = Counter()
+
+    @durable.task(name="kids.queued")
+    def queued_child() -> None:
+        bodies["child"] += 1
+
+    @durable.task(name="kids.queued.parent")
+    def parent() -> str:
+        try:
+            durable.child(queued_child)
+        except StepFailed as exc:
+            return exc.kind
+        return "finished"
+
+    parent.apply_async(task_id="cq")
+    durable.run_until_idle()
+    assert durable.children("cq") == [("cq:0", "queued")]
+    with pytest.raises(TimeoutError):
+        durable.outcome("cq:0", timeout=0)
+    assert durable.cancel("cq:0") is True
+    assert durable.cancel("cq:0") is False  # asked already
+    for resend in held:  # the start's message arrives
+        resend.send(durable.app)
+    durable.run_until_idle()
+    assert durable.run_ended("cq:0") == "cancelled"
+    assert bodies["child"] == 0
+    assert durable.result("cq") == "cancelled"
+    with pytest.raises(LookupError):
+        durable.cancel("cq:7")  # no start stored: never started
+
+
 def test_cancelling_a_child_does_not_cancel_its_parent(durable: DurableHarness) -> None:
     from celery_durable import sleep as durable_sleep
 
@@ -661,6 +704,57 @@ def test_bad_input_is_refused_before_anything_is_stored(durable: DurableHarness)
         durable.map_children(ok, [1], at_most=1)
 
 
+def test_arguments_the_child_task_cannot_take_and_signatures_are_refused_before_storing(
+    durable: DurableHarness,
+) -> None:
+    """A child's arguments are checked against its task as ``apply_async`` checks them, and
+    a signature (whose arguments would be dropped) is refused: a ``TypeError`` at the call,
+    nothing stored, no child that faults later (W10, W11)."""
+
+    @durable.task(name="kids.one.arg")
+    def one_arg(x: int) -> int:
+        return x
+
+    @durable.task(name="kids.two.args")
+    def two_args(x: int, y: int) -> int:
+        return x + y
+
+    errors: dict[str, str] = {}
+
+    @durable.task(name="kids.bad.call")
+    def parent() -> Any:
+        for label, call in {
+            "missing": lambda: durable.child(one_arg),
+            "extra": lambda: durable.start_child(one_arg, 1, 2),
+            "keyword": lambda: durable.child("kids.one.arg", 1, y=2),
+            "map": lambda: durable.map_children(two_args, [1, 2], at_most=2),
+            "signature": lambda: durable.child(one_arg.s(1)),
+            "map_signature": lambda: durable.map_children(one_arg.s(), [1], at_most=1),
+        }.items():
+            try:
+                call()
+            except TypeError as exc:
+                errors[label] = str(exc)
+        return [errors, durable.child(one_arg, 7)]
+
+    parent.apply_async(task_id="bc")
+    durable.run_until_idle()
+    seen, value = durable.result("bc")
+    assert value == 7
+    assert "missing 1 required positional argument" in seen["missing"], seen
+    assert "takes 1 positional argument but 2 were given" in seen["extra"], seen
+    assert "unexpected keyword argument 'y'" in seen["keyword"], seen
+    assert "missing 1 required positional argument: 'y'" in seen["map"], seen
+    assert "child task 'kids.one.arg'" in seen["missing"], seen
+    assert "each input of map_children('kids.two.args')" in seen["map"], seen
+    for label in ("signature", "map_signature"):
+        assert "not a signature" in seen[label], seen
+    # A refused call takes no position: the child started afterwards is the body's first.
+    assert durable.children("bc") == [("bc:0", "finished")]
+    assert events_of(durable, "bc").count("ChildStarted") == 1
+    assert "FanOutStarted" not in events_of(durable, "bc")
+
+
 # -- W13 ------------------------------------------------------------------------------------------
 
 
@@ -702,6 +796,29 @@ def test_runs_show_lists_the_children_and_a_child_names_its_parent(
         for c in as_json(sqlite_url, "runs", "show", "sp")["durable"]["children"]
     )
     assert states["sp:0"] == "finished" and states["sp:1.1"] == "faulted"
+
+
+def test_a_queued_child_names_its_parent_and_has_no_children_yet(
+    celery_app: Celery, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before a worker takes a child's message its own stream is empty: ``runs show`` still
+    names the parent (from the message its parent sent), and ``durable.children`` of it is
+    empty rather than "never started" (W13)."""
+    from celery_durable.worker import children
+    from tests.cli.test_cli import as_json, ok
+
+    with DurableHarness(celery_app, sqlite_url, clock=TestClock(T0)) as durable:
+        durable.start()
+        monkeypatch.setattr(children, "_send", lambda runtime, sends: None)
+        parent_of_one_child(durable, "kids.held").apply_async(task_id="qp")
+        durable.run_until_idle()
+        assert durable.children("qp") == [("qp:0", "queued")]
+        assert durable.children("qp:0") == []
+    detail = as_json(sqlite_url, "runs", "show", "qp:0")
+    assert detail["durable"]["status"] == "queued"
+    assert detail["durable"]["parent"] == "qp"
+    assert detail["durable"]["children"] == []
+    assert "Parent  qp" in ok(sqlite_url, "runs", "show", "qp:0")
 
 
 # -- ordering of the journal's facts at a fan-out (W7, W11, W12) ---------------------------------

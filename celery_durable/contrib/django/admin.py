@@ -153,16 +153,18 @@ def shows_local_time() -> bool:
     return dj_timezone.get_current_timezone_name() not in UTC_ZONES
 
 
-def _parent_of(durable: Durable, run_id: str) -> str | None:
-    """The parent's run ID named in a child run's ``RunStarted`` (W13), else ``None``."""
+def _parent_of(durable: Durable, run_id: str, row: Any = None) -> str | None:
+    """The parent's run ID named in a child run's ``RunStarted`` (W13), or, for a child no
+    worker has taken yet, in the message its row keeps; else ``None``."""
     from celery_durable.core.ids import run_stream
     from celery_durable.core.run_aggregate import RUN_STARTED
+    from celery_durable.message import sent_parent
 
     for event in durable.journal.read_stream(run_stream(run_id))[:2]:
         if event.type == RUN_STARTED:
             parent = event.data.get("parent")
             return parent if isinstance(parent, str) else None
-    return None
+    return sent_parent(None if row is None else row.get("message"))
 
 
 def _outcome(durable: Durable, run_id: str, status: str) -> tuple[str, str]:
@@ -521,7 +523,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             children = durable.children(run_id)
         except LookupError:
             raise Http404(f"no durable run {run_id!r}") from None
-        parent = _parent_of(durable, run_id)
+        parent = _parent_of(durable, run_id, row)
         status = str(row["status"]) if row is not None else "queued"
         outcome, detail = _outcome(durable, run_id, status) if status in ENDED else (status, "")
         context = self._context(
