@@ -156,6 +156,27 @@ def test_the_first_beat_stores_the_count_and_a_mismatch_names_both(pg_url: str) 
         durable.close()
 
 
+def test_a_count_is_not_stored_while_a_one_partition_beat_holds_the_lease(pg_url: str) -> None:
+    """D10: a journal that never stored a count has one partition; a beat configured with
+    another count must not store it while a beat works that one partition (both would send
+    the same schedules), and is told how to change it."""
+    clock = FakeClock(T0)
+    plain = Durable(Celery("p", broker="memory://", set_as_current=False), pg_url, clock=clock)
+    try:
+        beat = plain.dispatcher(owner="one-partition-beat")
+        beat.tick()
+        assert beat.leases.held == frozenset({0})
+        with pytest.raises(PartitionsError) as info:
+            resolve_partitions(plain.journal, 4, clock())
+        message = str(info.value)
+        assert "one-partition-beat" in message and "partitions set 4" in message
+        assert stored_partitions(plain.journal) is None
+        beat.close()
+        assert resolve_partitions(plain.journal, 4, clock()) == 4
+    finally:
+        plain.close()
+
+
 # -- several dispatchers on one journal --------------------------------------------------------
 
 
