@@ -49,7 +49,7 @@ def partition_of(schedule_id: str, partitions: int) -> int:
 
 def check_partitions(value: Any, where: str = "durable_partitions") -> int:
     """``value`` as a partition count, or :class:`PartitionsError` naming ``where`` and it."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise PartitionsError(

@@ -62,7 +62,7 @@ def test_partitions_spread_schedules_evenly() -> None:
     assert max(counts.values()) < 1.3 * 200 and min(counts.values()) > 0.7 * 200
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, "x", True, None, 257, "1.5"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "x", True, None, 257, "1.5", "\u00b2", "\u0663"])
 def test_bad_partition_counts_are_refused_naming_the_value(bad: object) -> None:
     with pytest.raises(PartitionsError, match="durable_partitions") as info:
         check_partitions(bad)
