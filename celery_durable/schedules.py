@@ -28,6 +28,7 @@ from celery_durable.core.backfill import (
 from celery_durable.core.blackouts import Blackout, OnBlackout, check_windows
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import (
+    MAX_ID_LENGTH,
     check_schedule_id,
     check_text,
     run_stream,
@@ -118,13 +119,29 @@ log = logging.getLogger("celery_durable.schedules")
 @contextmanager
 def _naming(index: int, schedule_id: Any) -> Iterator[None]:
     """Raise an error of a spec of ``create_many`` again, its message naming the spec."""
+    shown = _shown_id(schedule_id)
     try:
         yield
     except DurableError as exc:
         fields = {**exc._fields, "index": index}
-        raise type(exc)(f"specs[{index}] (id {schedule_id!r}): {exc.message}", **fields) from None
+        raise type(exc)(f"specs[{index}] (id {shown}): {exc.message}", **fields) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidSchedule(f"specs[{index}] (id {schedule_id!r}): {exc}", index=index) from exc
+        raise InvalidSchedule(f"specs[{index}] (id {shown}): {exc}", index=index) from exc
+
+
+SHOWN_ID_LENGTH = 80
+"""Characters of an overlong ID repeated in a message (a valid ID, S1, is shown whole)."""
+
+
+def _shown_id(schedule_id: Any) -> str:
+    """The ID as an error names it: whole when S1 allows its length, else cut, with its length
+    (bad input is named, not repeated without bound)."""
+    if isinstance(schedule_id, str):
+        if len(schedule_id) <= MAX_ID_LENGTH:
+            return repr(schedule_id)
+        return f"{schedule_id[:SHOWN_ID_LENGTH]!r}… ({len(schedule_id):,} characters)"
+    text = repr(schedule_id)
+    return text if len(text) <= SHOWN_ID_LENGTH else text[:SHOWN_ID_LENGTH] + "…"
 
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
