@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -206,11 +207,14 @@ def test_the_prune_command(sqlite_url: str) -> None:
     assert dry.exit_code == 0, dry.output
     counted = json.loads(dry.stdout)
     assert counted["dry_run"] is True and counted["schedule_events"] > 0
+    # The JSON form of every time in the CLI (docs/cli.md): UTC, microseconds, "Z".
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", counted["horizon"])
     assert count(durable, events_table) == events
 
     shown = run_cli(sqlite_url, "prune", "--older-than", "40d")
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.startswith("removed: ") and "schedule event(s)" in shown.stdout
+    assert re.search(r"runs due before \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", shown.stdout)
     after_40 = count(durable, events_table)
     assert after_40 < events
     done = json.loads(run_cli(sqlite_url, "prune", "--json").stdout)  # durable_retention: 30 d
