@@ -227,7 +227,13 @@ def _retention(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         retention = value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        retention = timedelta(seconds=value)
+        try:
+            retention = timedelta(seconds=value)
+        except (OverflowError, ValueError):  # NaN, infinity, beyond timedelta's range
+            raise ConfigError(
+                f"durable_retention must be a finite number of seconds up to "
+                f"{timedelta.max.days:,} days, not {value!r}"
+            ) from None
     else:
         raise ConfigError(
             f"durable_retention must be a timedelta or a number of seconds, not {value!r}"

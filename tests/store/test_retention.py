@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -454,3 +455,30 @@ def test_a_full_tail_memory_forgets_no_eligible_record(sqlite_url: str) -> None:
         assert report.complete and report.schedule_events > 2 * 24 * 5
         assert old_run_records(durable, later - timedelta(days=50)) == 0
     durable.close()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e20])
+def test_a_retention_no_timedelta_can_hold_is_refused_naming_the_setting(bad: float) -> None:
+    """O1: ``durable_retention`` is checked with the other settings, in words (not as the
+    ``ValueError``/``OverflowError`` of ``timedelta``)."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    with pytest.raises(ConfigError, match="durable_retention"):
+        DurableConfig.from_app({"durable_retention": bad})
+
+
+def test_a_retention_longer_than_the_journals_history_keeps_everything(sqlite_url: str) -> None:
+    """O1: a retention reaching before any due time (centuries) removes nothing, in the
+    dispatcher's passes and in ``prune``, instead of failing on the date arithmetic."""
+    clock = FakeClock(T0)
+    app = make_app(retention=timedelta(days=900_000))
+    with closing(Durable(app, sqlite_url, clock=clock)) as durable:
+        durable.schedules.create("old", "job", 1, Every(timedelta(hours=1)))
+        dispatcher = durable.dispatcher()
+        for _ in range(24):
+            clock.advance(hours=1)
+            dispatcher.tick()
+        dispatcher.close()
+        report = durable.prune()
+        assert (report.schedule_events, report.runs, report.complete) == (0, 0, True)
+        assert len(durable.schedules.runs("old")) == 24
