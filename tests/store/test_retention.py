@@ -482,3 +482,22 @@ def test_a_retention_longer_than_the_journals_history_keeps_everything(sqlite_ur
         report = durable.prune()
         assert (report.schedule_events, report.runs, report.complete) == (0, 0, True)
         assert len(durable.schedules.runs("old")) == 24
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("durable_prune_interval", float("inf")),
+        ("durable_prune_interval", 1e300),
+        ("durable_prune_batch", 0.5),
+        ("durable_prune_batch", 1e30),
+        ("durable_prune_batch", float("nan")),
+    ],
+)
+def test_prune_settings_that_cannot_work_are_refused_naming_them(key: str, bad: float) -> None:
+    """O1: an interval no date can hold, or a batch that is no row count, is a ConfigError
+    when the settings are read, not an OverflowError in the dispatcher's passes."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    with pytest.raises(ConfigError, match=key):
+        DurableConfig.from_app({key: bad})
