@@ -35,7 +35,7 @@ class Seconds(click.FloatRange):
     """A limit in seconds, 0 or more and finite: NaN compares false with every lag (any
     dispatcher would look healthy) and infinity is no JSON number."""
 
-    name = "seconds"
+    name = "number of seconds"
 
     def __init__(self) -> None:
         super().__init__(0, None)
