@@ -144,6 +144,10 @@ def _shown_id(schedule_id: Any) -> str:
     return text if len(text) <= SHOWN_ID_LENGTH else text[:SHOWN_ID_LENGTH] + "…"
 
 
+MAX_OPTION_SECONDS = 100 * 365.25 * 86400
+"""The largest ``expires``, ``time_limit`` or ``soft_time_limit`` in seconds (100 years)."""
+
+
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     """Validate the Celery options of a schedule; ``InvalidSchedule`` names the bad one."""
     # An imported schedule keeps its marker when changed (I1, I2): it is stored, never sent.
@@ -169,6 +173,13 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
         ):
             raise InvalidSchedule(f"option {key!r} must be a positive number of seconds", field=key)
+        if key in NUMBER_OPTIONS and not value <= MAX_OPTION_SECONDS:
+            # Celery adds `expires` to the send time: a date must hold the sum.
+            raise InvalidSchedule(
+                f"option {key!r} must be at most {MAX_OPTION_SECONDS:,.0f} s (100 years), "
+                f"not {value!r}",
+                field=key,
+            )
         if key == "priority" and (
             isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255
         ):
