@@ -518,8 +518,14 @@ class Schedules:
         return [v for v in views if include_deleted or not v.deleted]
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
-        """The decided runs of a schedule, newest first (V2)."""
+        """The decided runs of a schedule, newest first (V2); at most ``limit`` (an int ≥ 0)."""
         sid = check_schedule_id(id, stored=True)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidSchedule(
+                f"limit must be a whole number of runs, 0 or more, not {limit!r}", field="limit"
+            )
         runs = runs_of(sid, self.store.events(sid))[:limit]
         # Durable runs: their outcome (or progress) comes from the run table (one read).
         started = [r.run_id for r in runs if r.state == "started"]
