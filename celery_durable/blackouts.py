@@ -5,7 +5,8 @@ whole list from then on. Any process may set it; a running dispatcher reads what
 to the stream since its last read each time it is about to decide or send a run (one indexed
 read of a short stream), so a window stored before that moment is honoured.
 ``durable_blackouts`` in the app's settings (``DurableConfig.blackouts``) is brought into the
-journal when beat starts (:func:`import_setting`), as ``beat_schedule`` is.
+journal when beat starts (:func:`import_setting`), as ``beat_schedule`` is, and by the
+dispatcher core at its first tick (``durable.dispatcher()`` without beat).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def _names(windows: tuple[Blackout, ...]) -> str:
 
 
 def import_setting(runtime: Runtime) -> bool:
-    """Bring ``durable_blackouts`` into the journal (at beat start); ``True`` when it changed.
+    """Bring ``durable_blackouts`` into the journal (at beat start, at a dispatcher's first
+    tick); ``True`` when it changed.
 
     Unset, the journal's list is left as it is (managed with ``durable.blackouts`` and the
     CLI). Set, it replaces the journal's list, as ``beat_schedule`` entries replace theirs.

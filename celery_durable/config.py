@@ -101,12 +101,12 @@ class DurableConfig:
             ),
             sqlite_synchronous=synchronous,
             poll_interval=_positive(conf, "durable_poll_interval", 0.5),
-            leader_lease=_positive(conf, "durable_leader_lease", 10.0),
+            leader_lease=_period(conf, "durable_leader_lease", 10.0),
             short_sleep=_positive(conf, "durable_short_sleep", 60.0),
             late_after=_positive(conf, "durable_late_after", 60.0),
             retention=_retention(conf.get("durable_retention")),
-            prune_interval=_positive(conf, "durable_prune_interval", 300.0),
-            prune_batch=int(_positive(conf, "durable_prune_batch", 100)),
+            prune_interval=_period(conf, "durable_prune_interval", 300.0),
+            prune_batch=_count(conf, "durable_prune_batch", 100, MAX_PRUNE_BATCH),
             partitions=_partitions(conf.get("durable_partitions")),
             blackouts=_blackouts(conf.get("durable_blackouts")),
             engine_options=_engine_options(conf.get("durable_engine_options")),
@@ -168,6 +168,30 @@ def install_report_filter() -> None:
     utils.filter_hidden_settings = filter_hidden_settings
 
 
+MAX_PRUNE_BATCH = 1_000_000
+"""The most rows one retention batch may touch (O1: small batches, short transactions)."""
+
+MAX_PERIOD = 100 * 365.25 * 86400
+"""The longest lease or interval a setting may give (100 years, in seconds): it is added to
+the current time, which must stay a date."""
+
+
+def _period(conf: Any, key: str, default: float) -> float:
+    """A positive number of seconds that is added to dates: at most :data:`MAX_PERIOD`."""
+    number = _positive(conf, key, default)
+    if not number <= MAX_PERIOD:  # infinity too
+        raise ConfigError(f"{key} must be at most {MAX_PERIOD:,.0f} s (100 years), not {number!r}")
+    return number
+
+
+def _count(conf: Any, key: str, default: int, maximum: int) -> int:
+    """A whole number from 1 to ``maximum`` (a row count)."""
+    number = _positive(conf, key, default)
+    if not float(number).is_integer() or number > maximum:
+        raise ConfigError(f"{key} must be a whole number from 1 to {maximum:,}, not {number!r}")
+    return int(number)
+
+
 def _positive(conf: Any, key: str, default: float) -> float:
     value = conf.get(key)
     if value is None:
@@ -227,7 +251,13 @@ def _retention(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         retention = value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        retention = timedelta(seconds=value)
+        try:
+            retention = timedelta(seconds=value)
+        except (OverflowError, ValueError):  # NaN, infinity, beyond timedelta's range
+            raise ConfigError(
+                f"durable_retention must be a finite number of seconds up to "
+                f"{timedelta.max.days:,} days, not {value!r}"
+            ) from None
     else:
         raise ConfigError(
             f"durable_retention must be a timedelta or a number of seconds, not {value!r}"

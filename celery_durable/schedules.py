@@ -28,6 +28,7 @@ from celery_durable.core.backfill import (
 from celery_durable.core.blackouts import Blackout, OnBlackout, check_windows
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import (
+    MAX_ID_LENGTH,
     check_schedule_id,
     check_text,
     run_stream,
@@ -118,13 +119,33 @@ log = logging.getLogger("celery_durable.schedules")
 @contextmanager
 def _naming(index: int, schedule_id: Any) -> Iterator[None]:
     """Raise an error of a spec of ``create_many`` again, its message naming the spec."""
+    shown = _shown_id(schedule_id)
     try:
         yield
     except DurableError as exc:
         fields = {**exc._fields, "index": index}
-        raise type(exc)(f"specs[{index}] (id {schedule_id!r}): {exc.message}", **fields) from None
+        raise type(exc)(f"specs[{index}] (id {shown}): {exc.message}", **fields) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidSchedule(f"specs[{index}] (id {schedule_id!r}): {exc}", index=index) from exc
+        raise InvalidSchedule(f"specs[{index}] (id {shown}): {exc}", index=index) from exc
+
+
+SHOWN_ID_LENGTH = 80
+"""Characters of an overlong ID repeated in a message (a valid ID, S1, is shown whole)."""
+
+
+def _shown_id(schedule_id: Any) -> str:
+    """The ID as an error names it: whole when S1 allows its length, else cut, with its length
+    (bad input is named, not repeated without bound)."""
+    if isinstance(schedule_id, str):
+        if len(schedule_id) <= MAX_ID_LENGTH:
+            return repr(schedule_id)
+        return f"{schedule_id[:SHOWN_ID_LENGTH]!r}… ({len(schedule_id):,} characters)"
+    text = repr(schedule_id)
+    return text if len(text) <= SHOWN_ID_LENGTH else text[:SHOWN_ID_LENGTH] + "…"
+
+
+MAX_OPTION_SECONDS = 100 * 365.25 * 86400
+"""The largest ``expires``, ``time_limit`` or ``soft_time_limit`` in seconds (100 years)."""
 
 
 def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -152,6 +173,13 @@ def check_options(options: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
             isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
         ):
             raise InvalidSchedule(f"option {key!r} must be a positive number of seconds", field=key)
+        if key in NUMBER_OPTIONS and not value <= MAX_OPTION_SECONDS:
+            # Celery adds `expires` to the send time: a date must hold the sum.
+            raise InvalidSchedule(
+                f"option {key!r} must be at most {MAX_OPTION_SECONDS:,.0f} s (100 years), "
+                f"not {value!r}",
+                field=key,
+            )
         if key == "priority" and (
             isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255
         ):
@@ -490,8 +518,14 @@ class Schedules:
         return [v for v in views if include_deleted or not v.deleted]
 
     def runs(self, id: str, *, limit: int | None = None) -> builtins.list[RunView]:
-        """The decided runs of a schedule, newest first (V2)."""
+        """The decided runs of a schedule, newest first (V2); at most ``limit`` (an int ≥ 0)."""
         sid = check_schedule_id(id, stored=True)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidSchedule(
+                f"limit must be a whole number of runs, 0 or more, not {limit!r}", field="limit"
+            )
         runs = runs_of(sid, self.store.events(sid))[:limit]
         # Durable runs: their outcome (or progress) comes from the run table (one read).
         started = [r.run_id for r in runs if r.state == "started"]

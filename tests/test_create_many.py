@@ -149,6 +149,19 @@ def test_malformed_specs_are_refused_before_anything_is_stored(on_sqlite: Durabl
     assert durable.schedules.create_many([]) == 0
 
 
+def test_an_overlong_id_is_not_repeated_whole_in_the_error(on_sqlite: Durable) -> None:
+    """Bad input is named, not echoed without bound: a 100,000-character ID (S1 allows
+    200) appears in the message cut short, with its length."""
+    durable = on_sqlite
+    long_id = "r" * 100_000
+    with pytest.raises(InvalidSchedule) as caught:
+        durable.schedules.create_many([{"id": long_id, "task": "report", "rule": EVERY}])
+    text = str(caught.value)
+    assert text.startswith("specs[0] (id 'rrr") and "100,000 characters" in text, text[:300]
+    assert len(text) < 400
+    assert durable.schedules.list() == []
+
+
 def test_the_dispatcher_runs_schedules_created_many(durable: Durable, clock: FakeClock) -> None:
     durable.schedules.create_many(specs(3))
     clock.advance(minutes=5)

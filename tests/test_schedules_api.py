@@ -237,6 +237,24 @@ def test_runs_are_empty_before_any_decision(durable: Durable) -> None:
     assert durable.schedules.runs("r") == []
 
 
+def test_v2_runs_limit_keeps_the_newest_and_refuses_what_is_no_count(
+    durable: Durable, clock: FakeClock
+) -> None:
+    durable.schedules.create("r", "backup", None, Every(timedelta(seconds=1)))
+    d = durable.dispatcher()
+    for _ in range(4):
+        clock.advance(seconds=1)
+        d.tick()
+    d.close()
+    newest = [r.run_id for r in durable.schedules.runs("r")]
+    assert len(newest) == 4
+    assert [r.run_id for r in durable.schedules.runs("r", limit=2)] == newest[:2]
+    assert durable.schedules.runs("r", limit=0) == []
+    for bad in (-1, 2.5, "2", True):
+        with pytest.raises(InvalidSchedule, match="limit"):
+            durable.schedules.runs("r", limit=bad)  # type: ignore[arg-type]
+
+
 def test_run_statuses_merge_each_run_with_its_durable_run(
     any_durable: Durable, clock: FakeClock
 ) -> None:

@@ -222,6 +222,32 @@ def test_a_plain_task_gets_the_values_and_every_read_shows_the_references(
     assert after is not None and after.version == before
 
 
+def test_the_history_shows_secrets_and_the_users_data_as_state_does(durable: Durable) -> None:
+    """P5, O5: ``history`` shows what ``state`` shows: references as Secrets, a lookalike
+    dict as the user gave it, and never the stored mark."""
+    lookalike = {"$secret": "not-a-reference"}
+    durable.schedules.create(
+        "report",
+        "report",
+        None,
+        Every(timedelta(seconds=5)),
+        args=[Secret("env:P5_ENV_TOKEN")],
+        kwargs={"setting": lookalike},
+    )
+    view = durable.schedules.state("report")
+    assert view is not None
+    [created] = durable.schedules.history("report")
+    assert created.changes["options"] == (None, {**view.options})
+    assert created.changes["options"][1] == {
+        "args": [Secret("env:P5_ENV_TOKEN")],
+        "kwargs": {"setting": lookalike},
+    }
+    durable.schedules.change("report", "report", None, Every(timedelta(seconds=5)), args=["x"])
+    changed = durable.schedules.history("report")[1]
+    assert changed.changes == {"options": ({**view.options}, {"args": ["x"]})}
+    assert "$secrets" not in repr(created) and "$literal" not in repr(created)
+
+
 def test_a_reference_that_cannot_be_read_fails_the_start_and_the_schedule_goes_on(
     durable: Durable,
     clock: FakeClock,

@@ -20,6 +20,7 @@ from celery_durable.cli.common import (
     session,
 )
 from celery_durable.cli.parse import duration
+from celery_durable.presentation import utc_json, utc_text
 
 if TYPE_CHECKING:
     from celery_durable.store.retention import PruneProgress
@@ -122,13 +123,13 @@ def prune(older_than: str | None, dry_run: bool) -> None:
             stderr.write("\r\033[K")  # the line goes: the result follows on stdout
             stderr.flush()
     if current.json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "horizon": utc_json(report.horizon)})
         return
     verb = "would remove" if dry_run else "removed"
     click.echo(
         f"{verb}: {report.schedule_events} schedule event(s), {report.runs} durable run(s) "
         f"with {report.run_events} event(s); {report.snapshots} snapshot(s) "
-        f"(runs due before {report.horizon.isoformat()})"
+        f"(runs due before {utc_text(report.horizon)})"
     )
 
 

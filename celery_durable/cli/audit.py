@@ -20,6 +20,8 @@ from celery_durable.cli.common import (
     shown,
     table,
 )
+from celery_durable.core.audit import check_audit
+from celery_durable.errors import InvalidSchedule
 from celery_durable.presentation import utc_json, utc_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,12 +39,16 @@ def reason_option(fun: F) -> F:
 def os_user() -> str:
     """The OS user running the command (``getpass.getuser``), the author of what it stores.
 
-    A process whose user has no name (a container running as a bare UID) is named by its UID.
+    A process whose user has no name (a container running as a bare UID), or a name the
+    history cannot hold (``$LOGNAME`` with a control character, over 200 characters: ``by``
+    refuses it, and the command line has no other way to give one), is named by its UID.
     """
     try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no $USER/$LOGNAME and no passwd entry
+        name = getpass.getuser()
+        check_audit(name, None)
+    except (OSError, KeyError, InvalidSchedule):  # nameless, or a name `by` refuses
         return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    return name
 
 
 def audit(reason: str | None) -> dict[str, str | None]:

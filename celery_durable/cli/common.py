@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -86,6 +87,15 @@ def shown(text: object) -> str:
     if len(value) <= SHOWN_ID_LENGTH:
         return repr(value)
     return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
+
+
+_LONG_QUOTED = re.compile(rf"'([^']{{{SHOWN_ID_LENGTH + 1},}})'")
+
+
+def _quoted_values_cut(message: str) -> str:
+    """Click's messages quote the value given (``Invalid value for '--max-lag': 'x…'``): a
+    long one is cut as :func:`shown` cuts an ID, so bad input is named, not echoed."""
+    return _LONG_QUOTED.sub(lambda m: shown(m.group(1)), message)
 
 
 def echo(text: str = "", *, err: bool = False) -> None:
@@ -309,7 +319,7 @@ class DurableGroup(click.Group):
             raise click.exceptions.Exit(quiet_broken_pipe()) from None
         except click.UsageError as exc:
             hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            raise CliError(exc.format_message() + hint, INVALID) from None
+            raise CliError(_quoted_values_cut(exc.format_message()) + hint, INVALID) from None
         except click.ClickException:
             raise
         except Exception as exc:

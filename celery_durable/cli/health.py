@@ -7,6 +7,7 @@ has waited longer than ``--max-lag``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -30,16 +31,32 @@ LAGGING = 9
 EXIT_CODES = {"ok": 0, "no_dispatcher": NO_DISPATCHER, "stalled": STALLED, "lagging": LAGGING}
 
 
+class Seconds(click.FloatRange):
+    """A limit in seconds, 0 or more and finite: NaN compares false with every lag (any
+    dispatcher would look healthy) and infinity is no JSON number."""
+
+    name = "number of seconds"
+
+    def __init__(self) -> None:
+        super().__init__(0, None)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+
 @click.command()
 @option(
     "--max-lag",
-    type=click.FloatRange(0, None),
+    type=Seconds(),
     metavar="SECONDS",
     help="Unhealthy when a due run has waited longer than this [default: durable_late_after, 60].",
 )
 @option(
     "--max-tick-age",
-    type=click.FloatRange(0, None),
+    type=Seconds(),
     metavar="SECONDS",
     help="Unhealthy when the dispatcher's last completed tick is older than this "
     "[default: twice durable_leader_lease].",

@@ -26,6 +26,7 @@ from celery_durable.core.schedule_events import (
     SchedulePaused,
     ScheduleResumed,
 )
+from celery_durable.core.secrets import SECRETS_OPTION, shown_input, shown_options
 from celery_durable.errors import InvalidSchedule
 
 MAX_BY_LENGTH = 200
@@ -78,13 +79,38 @@ _ACTIONS: dict[type, str] = {
 
 
 def content_changes(before: Content | None, after: Content) -> dict[str, tuple[Any, Any]]:
-    """The content fields that differ, with their JSON values before and after."""
+    """The content fields that differ, with their JSON values before and after.
+
+    Input, args and kwargs read as ``schedules.state`` shows them (P5): references as
+    :class:`~celery_durable.core.secrets.Secret`, the user's own dicts unescaped, no mark.
+    """
     old = {} if before is None else before.to_json()
     new = after.to_json()
+    # Compared as stored, but for the mark (a Secret equals the lookalike dict it is not);
+    # shown as read.
+    old_shown, new_shown = _shown(old), _shown(new)
     return {
-        name: (old.get(name), new.get(name))
+        name: (old_shown.get(name), new_shown.get(name))
         for name in [*new, *(k for k in old if k not in new)]
-        if old.get(name) != new.get(name)
+        if _unmarked(old, name) != _unmarked(new, name)
+    }
+
+
+def _unmarked(content: Mapping[str, Any], name: str) -> Any:
+    value = content.get(name)
+    if name == "options" and isinstance(value, Mapping) and SECRETS_OPTION in value:
+        return {k: v for k, v in value.items() if k != SECRETS_OPTION}
+    return value
+
+
+def _shown(content: Mapping[str, Any]) -> dict[str, Any]:
+    options = content.get("options") or {}
+    if SECRETS_OPTION not in options:
+        return dict(content)
+    return {
+        **content,
+        "input": shown_input(content.get("input"), options),
+        "options": shown_options(options),
     }
 
 

@@ -125,6 +125,14 @@ class Blackout:
                 field="blackout.duration",
             )
         if not isinstance(duration, timedelta):
+            # Checked before timedelta sees it: NaN, infinity and 1e300 would raise its
+            # ValueError or OverflowError instead of naming the window.
+            if not 0 < duration <= MAX_DURATION.total_seconds():
+                raise InvalidSchedule(
+                    f"{where}: duration must be more than 0 s and at most 366 days, "
+                    f"not {duration:g} s",
+                    field="blackout.duration",
+                )
             duration = timedelta(seconds=duration)
         start, zone = self.start, self.zone
         if not timedelta(0) < duration <= MAX_DURATION:

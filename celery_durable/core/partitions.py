@@ -49,15 +49,23 @@ def partition_of(schedule_id: str, partitions: int) -> int:
 
 def check_partitions(value: Any, where: str = "durable_partitions") -> int:
     """``value`` as a partition count, or :class:`PartitionsError` naming ``where`` and it."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise PartitionsError(
-            f"{where} must be an integer from 1 to {MAX_PARTITIONS}, not {value!r}"
+            f"{where} must be an integer from 1 to {MAX_PARTITIONS}, not {_shown(value)}"
         )
     if not 1 <= value <= MAX_PARTITIONS:
         raise PartitionsError(f"{where} must be from 1 to {MAX_PARTITIONS}, not {value}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of a refused value, a long text cut with its length (named, not echoed)."""
+    if isinstance(value, str) and len(value) > 80:
+        return f"{value[:80]!r}… ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "…"
 
 
 def lease_name(partition: int, partitions: int) -> str:

@@ -149,8 +149,15 @@ def _span(value: object, name: str) -> timedelta | None:
             f"{name} must be a timedelta or a number of seconds, not {type(value).__name__}",
             field=name,
         )
+    # Seconds are checked before timedelta sees them: NaN, infinity and 1e300 would raise
+    # its ValueError or OverflowError instead of naming the policy.
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if not 0 < seconds <= MAX_POLICY_SPAN.total_seconds():
+        raise InvalidSchedule(
+            f"{name} must be more than 0 s and at most 366 days, not {value!r}", field=name
+        )
     span = value if isinstance(value, timedelta) else timedelta(seconds=value)
-    if not timedelta(0) < span <= MAX_POLICY_SPAN:
+    if span <= timedelta(0):  # a positive number of seconds below a microsecond
         raise InvalidSchedule(
             f"{name} must be more than 0 s and at most 366 days, not {value!r}", field=name
         )

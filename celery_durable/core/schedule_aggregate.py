@@ -11,7 +11,7 @@ exceed the cursor, so a due time after it has never been decided and never will 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -174,7 +174,8 @@ class ScheduleState:
         The earliest of: a decided run waiting to be sent (a held one excepted: it waits for
         the running one to end), and the first due time of the rule whose run a window leaves
         alone or only moves (:func:`~.blackout_plan.fate`). ``None`` as for :meth:`next_due`,
-        or when the next :data:`NEXT_RUN_LOOKAHEAD` due times all fall where they are skipped.
+        or when the next :data:`NEXT_RUN_LOOKAHEAD` due times (a blackout's counting as one) all
+        fall where they are skipped.
         """
         content = self.content
         if content is None:
@@ -191,7 +192,7 @@ class ScheduleState:
         timing = content.timing
         for found in fates(
             self.schedule_id,
-            self._coming(content.rule, live),
+            self._coming(content.rule, live, windows),
             windows,
             defer=defer,
             jitter=timing.jitter,
@@ -205,8 +206,15 @@ class ScheduleState:
                 break
         return min(moments, default=None)
 
-    def _coming(self, rule: Rule, live: LiveSchedules | None) -> Iterator[datetime]:
-        """The rule's next :data:`NEXT_RUN_LOOKAHEAD` due times from :meth:`next_due`."""
+    def _coming(
+        self, rule: Rule, live: LiveSchedules | None, windows: Sequence[Blackout] = ()
+    ) -> Iterator[datetime]:
+        """The rule's next due times from :meth:`next_due`, at most :data:`NEXT_RUN_LOOKAHEAD`.
+
+        After a due time inside a blackout, the next one given is the first at or after the
+        blackout's end: those in between share its fate (skipped, or the one run the blackout
+        defers), so a weekend's window over a schedule due every minute is one step, not 2,880.
+        """
         due = self.next_due(live)
         for _ in range(NEXT_RUN_LOOKAHEAD):
             if due is None:
@@ -214,7 +222,11 @@ class ScheduleState:
             yield due
             if isinstance(rule, Once):
                 return
-            due = rule.next_after(due, anchor=self.anchor, live=live)
+            after = due
+            blocked = blocking(due, windows) if windows else None
+            if blocked is not None and blocked.ends is not None and blocked.ends > due:
+                after = blocked.ends - timedelta(microseconds=1)
+            due = rule.next_after(after, anchor=self.anchor, live=live)
 
     def _budget_spent(self) -> bool:
         assert self.content is not None

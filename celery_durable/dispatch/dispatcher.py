@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from celery_durable.blackouts import BlackoutWatch
+from celery_durable.blackouts import BlackoutWatch, import_setting
 from celery_durable.core.rules import LiveSchedules
 from celery_durable.core.schedule_aggregate import (
     Command,
@@ -97,6 +97,7 @@ class Dispatcher:
         self.runs = store.run_table()
         self.cache = StateCache(runtime.journal, self.index)
         self.blackouts = BlackoutWatch(runtime.journal)  # P4: the global windows
+        self._setting_imported = False
         self.recorder = Recorder(
             runtime.store,
             self.cache,
@@ -162,6 +163,11 @@ class Dispatcher:
             if self._loaded:
                 log.info("partitions held now: %s", _shown(held))
             self._loaded = False  # another share: read its rows and events (D10)
+        if not self._setting_imported:
+            # durable_blackouts applies without beat too (durable.dispatcher(), SPEC §8);
+            # beat brought it in at its start already, so there this stores nothing (P4).
+            import_setting(self.runtime)
+            self._setting_imported = True
         if not self._loaded:
             self.load(now)
         else:

@@ -31,10 +31,12 @@ from celery_durable.secret_lookup import secret_lookup
 log = logging.getLogger("celery_durable.dispatcher")
 
 #: Errors that mean "this message can never be built", as opposed to "the broker is away" (D5).
-#: A secret input that cannot be read is one (P5): the error names the reference.
+#: A secret input that cannot be read is one (P5): the error names the reference. An option
+#: no date can hold (an ``expires`` stored before it was bounded) overflows Celery's builder.
 PERMANENT_SEND_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     ValueError,
+    OverflowError,
     EncodeError,
     SecretUnavailable,
 )

@@ -87,6 +87,8 @@ def resolve_partitions(journal: SqlJournal, configured: int | None, now: datetim
             return 1
         try:
             with journal.transaction() as conn:
+                if configured != 1:
+                    _refuse_while_one_partition_is_worked(journal, conn, configured, now)
                 conn.execute(
                     insert(settings).values(name=SETTING, value=dumps(configured), updated_at=now)
                 )
@@ -102,6 +104,23 @@ def resolve_partitions(journal: SqlJournal, configured: int | None, now: datetim
             f"stop every beat and run `celery durable partitions set {configured}`"
         )
     return stored
+
+
+def _refuse_while_one_partition_is_worked(
+    journal: SqlJournal, conn: Connection, configured: int, now: datetime
+) -> None:
+    """No count stored means one partition: while a beat holds its lease, storing another
+    count would have two beats work the same schedules, so it is refused as a mismatch is."""
+    holder = conn.execute(
+        select(leases.c.owner).where(leases.c.name == DISPATCHER, leases.c.expires_at >= now)
+    ).scalar()
+    if holder is not None:
+        raise PartitionsError(
+            f"durable_partitions is {configured} in the app's configuration but the journal "
+            f"{journal.url} has 1 partition, worked by the beat {holder!r}; set "
+            f"durable_partitions = 1, or stop every beat and run "
+            f"`celery durable partitions set {configured}`"
+        )
 
 
 def _partition_leases() -> Any:

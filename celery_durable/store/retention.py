@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 from celery_durable.core.codec import time_from_json
 from celery_durable.core.ids import run_stream
 from celery_durable.core.journal import StoredEvent
+from celery_durable.core.limits import EARLIEST
 from celery_durable.core.schedule_aggregate import ScheduleState
 from celery_durable.core.schedule_events import RUN_RECORD_TYPES, RunsMissed
 from celery_durable.store.index import ScheduleIndex, fold_stored, stream_schedule_id
@@ -201,7 +202,10 @@ class Pruner:
         """
         if older_than <= timedelta(0):
             raise ValueError(f"older_than must be positive, not {older_than}")
-        report = PruneReport(horizon=now - older_than, dry_run=dry_run)
+        # A retention reaching before every instant a rule may name (core.limits.EARLIEST)
+        # keeps everything; now - older_than could not even be written as a date.
+        horizon = now - older_than if older_than < now - EARLIEST else EARLIEST
+        report = PruneReport(horizon=horizon, dry_run=dry_run)
         if dry_run:
             tail = None  # a count reads everything and leaves the memory as it was
         head = self.journal.head("schedule") if progress is not None else 0  # for the line only

@@ -63,6 +63,19 @@ def test_a_user_without_a_name_is_named_by_uid(monkeypatch: pytest.MonkeyPatch) 
     assert audit.os_user().startswith("uid ")
 
 
+@pytest.mark.parametrize("name", ["evil\x1b[31m\nuser", "u" * 500])
+def test_a_user_name_the_history_cannot_hold_is_named_by_uid(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """O5: the OS user is the environment's word ($LOGNAME, $USER); one that ``by`` refuses
+    (a control character, 500 characters) must not make every command that stores fail."""
+    monkeypatch.setattr(getpass, "getuser", lambda: name)
+    ok(sqlite_url, "schedules", "create", "demo", "cli.backup", "--every", "30s")
+    ok(sqlite_url, "schedules", "pause", "demo", "--reason", "maintenance")
+    [created, paused] = as_json(sqlite_url, "schedules", "history", "demo")
+    assert created["by"].startswith("uid ") and paused["by"] == created["by"]
+
+
 def test_trigger_and_backfill_take_a_reason(sqlite_url: str) -> None:
     url, me = sqlite_url, getpass.getuser()
     ok(url, "schedules", "create", "demo", "cli.backup", "--every", "1h")

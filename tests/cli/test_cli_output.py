@@ -136,6 +136,24 @@ def test_a_long_run_id_is_named_not_echoed(sqlite_url: str) -> None:
     assert "150 characters" in line and len(line) < 300
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("health", "--max-lag", "x" * 100_000),
+        ("health", "--max-tick-age", "x" * 100_000),
+        ("partitions", "set", "x" * 100_000),
+        ("runs", "list", "--limit", "x" * 100_000),
+    ],
+    ids=["health-max-lag", "health-max-tick-age", "partitions-set", "runs-limit"],
+)
+def test_a_long_bad_option_value_is_named_not_echoed(sqlite_url: str, args: tuple) -> None:
+    """A 100,000-character value where a number belongs: one short line, its length said."""
+    ok(sqlite_url, "db", "init")
+    line = fails(sqlite_url, 2, *args)
+    assert len(line) < 300, len(line)
+    assert "100,000 characters" in line
+
+
 def test_a_closed_pipe_ends_the_command_quietly(sqlite_url: str) -> None:
     """``celery … schedules show X | head``: no ``Error: BrokenPipeError``, no traceback."""
     created = ok(sqlite_url, "schedules", "create", "zz", "cli.backup", "--every", "1m")

@@ -99,6 +99,9 @@ FREEZE = Blackout.between("freeze", T0 + 25 * M, T0 + 55 * M)  # covers 12:30, 1
         (lambda: Blackout("x\n", start="0 2 * * *", duration=H), "control character"),
         (lambda: Blackout("x", start="0 2 * * *", duration=timedelta(0)), "more than 0 s"),
         (lambda: Blackout("x", start="0 2 * * *", duration=-5), "more than 0 s"),
+        (lambda: Blackout("x", start="0 2 * * *", duration=float("nan")), "more than 0 s"),
+        (lambda: Blackout("x", start="0 2 * * *", duration=float("inf")), "at most 366 days"),
+        (lambda: Blackout("x", start="0 2 * * *", duration=1e300), "at most 366 days"),
         (lambda: Blackout("x", start="0 2 * * *", duration="1h"), "timedelta or seconds"),
         (lambda: Blackout("x", start="0 2 * * *", duration=H, zone="Mars/Olympus"), "unknown"),
         (lambda: Blackout("x", start=Daily("02:00", "UTC"), duration=H, zone="Europe/Oslo"),
@@ -248,6 +251,25 @@ def test_next_run_passes_over_skipped_due_times() -> None:
     assert s.state.next_due() == T0 + 30 * M
     assert s.state.next_run() == T0 + 60 * M
     assert s.state.next_run((Blackout.between("more", T0 + 55 * M, T0 + 65 * M),)) == T0 + 70 * M
+
+
+def test_next_run_passes_over_a_blackout_longer_than_a_thousand_due_times() -> None:
+    """P4: a schedule due every minute under a weekend window has 2,880 due times to pass
+    over; its next run is Monday's first, not "none" (and the same with a global window)."""
+    saturday = datetime(2026, 11, 7, 1, 0, tzinfo=UTC)
+    weekend = Blackout("weekend", start=Weekly(["sat"], "00:00", "UTC"), duration=48 * H)
+    monday = datetime(2026, 11, 9, 0, 0, tzinfo=UTC)
+    every_minute = Every(timedelta(minutes=1))
+    s = Schedule(content(every_minute, blackouts=[weekend]), at=saturday)
+    assert s.state.next_due() == saturday + M
+    assert s.state.next_run() == monday
+    plain = Schedule(content(every_minute), at=saturday)
+    assert plain.state.next_run((weekend,)) == monday
+    # Two blackouts in a row (Saturday's and one more day from Monday): passed over too.
+    busy = (weekend, Blackout.between("monday", monday, monday + 24 * H))
+    assert plain.state.next_run(busy) == monday + 24 * H
+    every_second = Schedule(content(Every(timedelta(seconds=1))), at=saturday)
+    assert every_second.state.next_run((weekend,)) == monday
 
 
 def test_content_without_windows_keeps_its_stored_form_and_digest() -> None:

@@ -82,6 +82,9 @@ def decided(events: list) -> list[datetime]:
         ({"start_deadline": "5s"}, "timedelta or a number of seconds"),
         ({"jitter": True}, "timedelta or a number of seconds"),
         ({"start_deadline": 5, "jitter": 5}, "jitter (5 s) must be shorter than start_deadline"),
+        ({"start_deadline": float("nan")}, "start_deadline must be more than 0 s"),
+        ({"jitter": float("inf")}, "jitter must be more than 0 s and at most 366 days"),
+        ({"catch_up_window": 1e300}, "catch_up_window must be more than 0 s"),
     ],
 )
 def test_bad_policies_are_refused_in_words(values: dict, words: str) -> None:

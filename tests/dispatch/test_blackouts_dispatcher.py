@@ -183,6 +183,33 @@ def test_durable_blackouts_is_brought_into_the_journal_when_beat_starts(
         reader.close()
 
 
+def test_the_dispatcher_core_honours_durable_blackouts_without_beat(
+    app: Celery, sqlite_url: str, clock: FakeClock, broker: Broker
+) -> None:
+    """P4: the setting's windows apply to every schedule also when the dispatcher runs
+    without beat (``durable.dispatcher().tick()``, SPEC §8): its first tick brings them in."""
+    app.conf.durable_blackouts = [Blackout.between("freeze", T0 + 15 * S, T0 + 35 * S)]
+    durable = Durable(app, sqlite_url, clock=clock)
+    try:
+        durable.schedules.create("b", "backup", "/srv", Every(10 * S))
+        d = durable.dispatcher()
+        for seconds in range(41):
+            clock.set(T0 + seconds * S)
+            d.tick()
+        runs = {r.due - T0: (r.state, r.error) for r in durable.schedules.runs("b")}
+        assert runs == {
+            10 * S: ("started", None),
+            20 * S: ("skipped", "blackout freeze"),
+            30 * S: ("skipped", "blackout freeze"),
+            40 * S: ("started", None),
+        }
+        assert len(broker.ids()) == 2
+        assert durable.blackouts.get() == (app.conf.durable_blackouts[0],)
+        d.close()
+    finally:
+        durable.close()
+
+
 def test_beat_refuses_a_durable_blackouts_setting_that_is_not_a_list_of_windows(
     app: Celery, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

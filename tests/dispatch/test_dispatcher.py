@@ -349,6 +349,33 @@ def test_d5_run_that_cannot_be_enqueued_is_recorded_and_the_schedule_goes_on(
     assert view is not None and view.next_due == T0 + timedelta(seconds=20)
 
 
+def test_an_expiry_no_date_can_hold_is_refused_and_a_stored_one_fails_alone(
+    durable: Durable,
+    clock: FakeClock,
+    broker: Broker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D5, D12: ``expires=1e300`` is refused when the schedule is created; one stored before
+    that check makes Celery's message builder overflow: that run fails to start, and the
+    other schedules' runs of the same round are sent (they were all held back, retried
+    every 5 s as if the broker were away)."""
+    from celery_durable import InvalidSchedule, schedules
+
+    with pytest.raises(InvalidSchedule, match="option 'expires'"):
+        durable.schedules.create(
+            "far", "backup", "/srv", Every(timedelta(seconds=10)), expires=1e300
+        )
+    monkeypatch.setattr(schedules, "MAX_OPTION_SECONDS", float("inf"))  # stored before
+    durable.schedules.create("good", "backup", "/srv", Every(timedelta(seconds=10)))
+    durable.schedules.create("far", "backup", "/srv", Every(timedelta(seconds=10)), expires=1e300)
+    d = durable.dispatcher()
+    clock.advance(seconds=10)
+    d.tick()
+    assert broker.ids() == ["good@2026-11-02T12:00:10.0000000Z"]
+    [run] = durable.schedules.runs("far")
+    assert run.state == "failed_to_start" and "OverflowError" in (run.error or "")
+
+
 def test_broker_down_keeps_the_run_and_retries(
     clock: FakeClock,
     broker: Broker,

@@ -62,7 +62,7 @@ def test_partitions_spread_schedules_evenly() -> None:
     assert max(counts.values()) < 1.3 * 200 and min(counts.values()) > 0.7 * 200
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, "x", True, None, 257, "1.5"])
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "x", True, None, 257, "1.5", "\u00b2", "\u0663"])
 def test_bad_partition_counts_are_refused_naming_the_value(bad: object) -> None:
     with pytest.raises(PartitionsError, match="durable_partitions") as info:
         check_partitions(bad)
@@ -154,6 +154,27 @@ def test_the_first_beat_stores_the_count_and_a_mismatch_names_both(pg_url: str) 
         assert resolve_partitions(durable.journal, 4, T0) == 4
     finally:
         durable.close()
+
+
+def test_a_count_is_not_stored_while_a_one_partition_beat_holds_the_lease(pg_url: str) -> None:
+    """D10: a journal that never stored a count has one partition; a beat configured with
+    another count must not store it while a beat works that one partition (both would send
+    the same schedules), and is told how to change it."""
+    clock = FakeClock(T0)
+    plain = Durable(Celery("p", broker="memory://", set_as_current=False), pg_url, clock=clock)
+    try:
+        beat = plain.dispatcher(owner="one-partition-beat")
+        beat.tick()
+        assert beat.leases.held == frozenset({0})
+        with pytest.raises(PartitionsError) as info:
+            resolve_partitions(plain.journal, 4, clock())
+        message = str(info.value)
+        assert "one-partition-beat" in message and "partitions set 4" in message
+        assert stored_partitions(plain.journal) is None
+        beat.close()
+        assert resolve_partitions(plain.journal, 4, clock()) == 4
+    finally:
+        plain.close()
 
 
 # -- several dispatchers on one journal --------------------------------------------------------

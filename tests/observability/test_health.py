@@ -113,6 +113,27 @@ def test_lag_over_the_limit_and_a_stalled_dispatcher(sqlite_url: str, app: Celer
         durable.close()
 
 
+@pytest.mark.parametrize("option", ["--max-lag", "--max-tick-age"])
+@pytest.mark.parametrize("bad", ["nan", "inf", "1e400"])
+def test_a_limit_that_is_no_finite_number_is_invalid_usage(
+    sqlite_url: str, app: Celery, option: str, bad: str
+) -> None:
+    """O3: NaN compares false with every lag, so it would make any dispatcher healthy, and
+    infinity is no JSON number; both are refused (exit 2) naming the option."""
+    durable = Durable(app, sqlite_url)
+    try:
+        durable.schedules.create("s", "health.noop", None, Every(timedelta(seconds=1)))
+        dispatcher = durable.dispatcher(lease_ttl=60)
+        dispatcher.tick()
+        refused = health(sqlite_url, option, bad)
+        assert refused.exit_code == 2, refused.output
+        assert option in refused.stderr and "finite" in refused.stderr
+        assert code_of(sqlite_url, option, "30") == 0
+        dispatcher.close()
+    finally:
+        durable.close()
+
+
 def test_the_facts_with_a_fake_clock(durable: Durable, clock: FakeClock) -> None:
     limits = {"max_lag": 60.0, "max_tick_age": 20.0}
     facts = check(durable.runtime)

@@ -121,6 +121,23 @@ def test_a_bad_late_after_is_refused(sqlite_url: str) -> None:
         make_durable(sqlite_url, FakeClock(), durable_late_after=0).config  # noqa: B018
 
 
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("durable_late_after", float("nan")),
+        ("durable_leader_lease", float("inf")),
+        ("durable_leader_lease", 1e300),
+    ],
+)
+def test_a_setting_no_date_can_hold_is_refused_naming_it(key: str, bad: float) -> None:
+    """O3: the leader lease is added to dates; a value no date can hold is a ConfigError
+    when the settings are read, not an OverflowError at a tick."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    with pytest.raises(ConfigError, match=key):
+        DurableConfig.from_app({key: bad})
+
+
 def test_the_view_says_since_when_a_schedule_waits(sqlite_url: str) -> None:
     clock = FakeClock()
     durable = make_durable(sqlite_url, clock)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -206,11 +208,14 @@ def test_the_prune_command(sqlite_url: str) -> None:
     assert dry.exit_code == 0, dry.output
     counted = json.loads(dry.stdout)
     assert counted["dry_run"] is True and counted["schedule_events"] > 0
+    # The JSON form of every time in the CLI (docs/cli.md): UTC, microseconds, "Z".
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", counted["horizon"])
     assert count(durable, events_table) == events
 
     shown = run_cli(sqlite_url, "prune", "--older-than", "40d")
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.startswith("removed: ") and "schedule event(s)" in shown.stdout
+    assert re.search(r"runs due before \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", shown.stdout)
     after_40 = count(durable, events_table)
     assert after_40 < events
     done = json.loads(run_cli(sqlite_url, "prune", "--json").stdout)  # durable_retention: 30 d
@@ -450,3 +455,49 @@ def test_a_full_tail_memory_forgets_no_eligible_record(sqlite_url: str) -> None:
         assert report.complete and report.schedule_events > 2 * 24 * 5
         assert old_run_records(durable, later - timedelta(days=50)) == 0
     durable.close()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e20])
+def test_a_retention_no_timedelta_can_hold_is_refused_naming_the_setting(bad: float) -> None:
+    """O1: ``durable_retention`` is checked with the other settings, in words (not as the
+    ``ValueError``/``OverflowError`` of ``timedelta``)."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    with pytest.raises(ConfigError, match="durable_retention"):
+        DurableConfig.from_app({"durable_retention": bad})
+
+
+def test_a_retention_longer_than_the_journals_history_keeps_everything(sqlite_url: str) -> None:
+    """O1: a retention reaching before any due time (centuries) removes nothing, in the
+    dispatcher's passes and in ``prune``, instead of failing on the date arithmetic."""
+    clock = FakeClock(T0)
+    app = make_app(retention=timedelta(days=900_000))
+    with closing(Durable(app, sqlite_url, clock=clock)) as durable:
+        durable.schedules.create("old", "job", 1, Every(timedelta(hours=1)))
+        dispatcher = durable.dispatcher()
+        for _ in range(24):
+            clock.advance(hours=1)
+            dispatcher.tick()
+        dispatcher.close()
+        report = durable.prune()
+        assert (report.schedule_events, report.runs, report.complete) == (0, 0, True)
+        assert len(durable.schedules.runs("old")) == 24
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("durable_prune_interval", float("inf")),
+        ("durable_prune_interval", 1e300),
+        ("durable_prune_batch", 0.5),
+        ("durable_prune_batch", 1e30),
+        ("durable_prune_batch", float("nan")),
+    ],
+)
+def test_prune_settings_that_cannot_work_are_refused_naming_them(key: str, bad: float) -> None:
+    """O1: an interval no date can hold, or a batch that is no row count, is a ConfigError
+    when the settings are read, not an OverflowError in the dispatcher's passes."""
+    from celery_durable.config import ConfigError, DurableConfig
+
+    with pytest.raises(ConfigError, match=key):
+        DurableConfig.from_app({key: bad})
