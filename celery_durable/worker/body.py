@@ -108,7 +108,9 @@ def execute(run: RunContext, args: Any, kwargs: Any, body: Callable[..., Any]) -
         return value
     except LostClaim:
         log.warning("run %r was claimed by another delivery; this one stops (W8)", run.run_id)
-        return None
+        if run.eager:
+            return None
+        raise Ignore() from None  # (the claiming delivery stores the run's result: delivery.py)
     finally:
         run.deactivate(token)
 

@@ -116,6 +116,14 @@ def _parent_run(what: str) -> RunContext:
             f"{what}() cannot be called inside a parallel branch of run {run.run_id!r}: "
             "start children from the body itself (map_children fans out across workers)"
         )
+    if run.eager and run.runtime.app.conf.task_always_eager:
+        # A child is a message for a worker (W10): with task_always_eager no worker takes
+        # it, and the parent, run inline, would wait for it for ever.
+        raise DurableError(
+            f"{what}() needs a worker to run the child, and task_always_eager runs run "
+            f"{run.run_id!r} inline with none: in tests, run parents and children with "
+            "celery_durable.testing.DurableHarness (its worker runs both)"
+        )
     return run
 
 

@@ -72,6 +72,10 @@ def short_sleep_limit(app: Any) -> float:
     return limit
 
 
+class OwnedElsewhere(Exception):
+    """Another live delivery owns the run (W8): this one does nothing and stores nothing."""
+
+
 class Later(Exception):
     """Look at the run again at ``until`` (``None``: when a signal or a cancel comes)."""
 
@@ -89,9 +93,10 @@ def claimed(
     owner: str,
 ) -> RunContext | None:
     """Read the run and store this delivery's claim: the claimed run (its state ``ended``
-    when the run had ended already: nothing is stored then), or ``None`` when another live
-    delivery owns it (W8). Raises :class:`Later` when the run is to be looked at again
-    later."""
+    when the run had ended already: nothing is stored then), or ``None`` when the run is not
+    to start (past its start deadline, P1; a secret it cannot read, P5). Raises
+    :class:`OwnedElsewhere` when another live delivery owns it (W8), :class:`Later` when the
+    run is to be looked at again later."""
     runtime: Runtime = task.runtime
     journal = runtime.journal
     stream = run_stream(run_id)
@@ -138,7 +143,7 @@ def claimed(
             log.info(
                 "run %r is owned by %s; this delivery does nothing (W8)", run_id, decision.owner
             )
-            return True, None
+            raise OwnedElsewhere(decision.owner)
         if isinstance(decision, NotYet):
             raise Later(decision.until)
         if not isinstance(decision, Proceed):

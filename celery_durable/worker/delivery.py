@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from celery.exceptions import Reject
+from celery.exceptions import Ignore, Reject
 from celery.exceptions import Retry as CeleryRetry
 
 from celery_durable.config import ConfigError
@@ -22,7 +22,7 @@ from celery_durable.errors import JournalError, JournalUnavailable
 from celery_durable.message import OWNER_HEADER, decode_args
 from celery_durable.secret_lookup import secret_lookup
 from celery_durable.worker.body import ended_already, execute
-from celery_durable.worker.claim import Later, claimed, short_sleep_limit
+from celery_durable.worker.claim import Later, OwnedElsewhere, claimed, short_sleep_limit
 from celery_durable.worker.context import DeliveryKilled, Suspend
 from celery_durable.worker.owners import new_owner
 
@@ -72,6 +72,12 @@ def deliver(
             until = suspend.until
         except Later as later:
             until = later.until
+        except OwnedElsewhere:
+            # W8: the owner's delivery stores the run's result in Celery's backend; a result
+            # stored by this one (None) would be final there and hide it.
+            if eager:
+                return None
+            raise Ignore() from None
         except DeliveryKilled:
             # A simulated worker crash: nothing more is stored and the claim stays, as after
             # kill -9. The message is dropped as on a broker that does not redeliver; the
@@ -118,7 +124,10 @@ def deliver(
         if wait is not None and wait <= short_sleep_limit(task.app):
             raise _send_again(task, wait)
         # Long (or signal) waits: the run's row tells the dispatcher when to send it again.
-        return None
+        # Ignore: the message is acknowledged and no result is stored, so Celery's backend
+        # gets the run's value from the delivery that ends it (a stored ``SUCCESS None``
+        # would be final there), and no link or chain goes on before the run has ended.
+        raise Ignore()
 
 
 def _retries(task: Any) -> int:

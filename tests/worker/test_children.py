@@ -16,20 +16,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_durable import ChildHandle, DurableError, StepFailed, UnknownTask
+from celery_durable import ChildHandle, Durable, DurableError, StepFailed, UnknownTask
 from celery_durable.core.ids import run_stream
 from celery_durable.testing import DurableHarness, TestClock
 from tests.support.clock import T0
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def durable(celery_app: Celery, request: pytest.FixtureRequest) -> Iterator[DurableHarness]:
-    url = request.getfixturevalue({"sqlite": "sqlite_url", "postgres": "pg_url"}[request.param])
-    with DurableHarness(celery_app, url, clock=TestClock(T0)) as harness:
-        harness.start()
-        yield harness
 
 
 @pytest.fixture
@@ -1214,3 +1206,29 @@ def test_the_replay_check_of_a_waiting_parent_cancels_and_sends_nothing(
     assert check_runs(durable.durable.runtime, run_id="rc") == []
     assert {rid: events_of(durable, rid) for rid in streams} == streams, "nothing stored"
     assert durable.seam.sent == sent, "nothing sent"
+
+
+def test_a_child_under_task_always_eager_is_refused_instead_of_waited_for(
+    sqlite_url: str,
+) -> None:
+    """With ``task_always_eager`` no worker takes a child's message: the parent, run inline,
+    would wait for it for ever. The call is refused, pointing to the test harness."""
+    app = Celery("eager-children", broker="memory://")
+    app.conf.task_always_eager = True
+    durable = Durable(app, sqlite_url)
+    try:
+
+        @durable.task(name="eager.child")
+        def child_task() -> int:
+            return 1
+
+        @durable.task(name="eager.parent")
+        def parent() -> int:
+            return int(durable.child(child_task))
+
+        sent = parent.apply_async(task_id="eager-p")
+        with pytest.raises(DurableError, match=r"task_always_eager.*DurableHarness"):
+            sent.get(timeout=10)
+        assert durable.children("eager-p") == []
+    finally:
+        durable.close()
