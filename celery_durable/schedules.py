@@ -499,6 +499,12 @@ class Schedules:
             return None
         return view_of(state, self._runtime.beat_objects, GlobalBlackouts(self._runtime).get())
 
+    def show(self, id: str) -> ScheduleView | None:
+        """What ``celery durable schedules show`` shows (P4): :meth:`state`, whose view holds
+        the schedule's blackout windows (``blackouts``, ``on_blackout``) and the next due time
+        that will really run (``next_run``)."""
+        return self.state(id)
+
     def history(self, id: str) -> builtins.list[HistoryEntry]:
         """Every command on a schedule (create, change, pause, resume, delete, trigger,
         backfill), oldest first (O5).

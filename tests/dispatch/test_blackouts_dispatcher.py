@@ -57,6 +57,10 @@ def test_state_shows_the_windows_and_the_next_run_that_really_happens(durable: D
     durable.blackouts.set([Blackout.between("global", T0 + 150 * S, T0 + 200 * S)])
     [listed] = durable.schedules.list()
     assert listed.next_run == T0 + 200 * S  # one blackout of both windows
+    # schedules.show (P4's name) is what the CLI's `schedules show` shows: the same view.
+    shown = durable.schedules.show("b")
+    assert shown is not None and shown == durable.schedules.state("b")
+    assert durable.schedules.show("never-created") is None
 
 
 def test_a_global_window_set_at_run_time_is_honoured(
