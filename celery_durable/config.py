@@ -94,15 +94,15 @@ class DurableConfig:
             )
         return cls(
             url=resolved,
-            check_interval=_positive(conf, "durable_check_interval", 60.0),
-            run_lease=_positive(conf, "durable_run_lease", 300.0),
-            max_input_bytes=int(
-                _positive(conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES)
+            check_interval=_period(conf, "durable_check_interval", 60.0),
+            run_lease=_period(conf, "durable_run_lease", 300.0),
+            max_input_bytes=_count(
+                conf, "durable_max_input_bytes", DEFAULT_MAX_INPUT_BYTES, MAX_INPUT_BYTES
             ),
             sqlite_synchronous=synchronous,
-            poll_interval=_positive(conf, "durable_poll_interval", 0.5),
+            poll_interval=_period(conf, "durable_poll_interval", 0.5),
             leader_lease=_period(conf, "durable_leader_lease", 10.0),
-            short_sleep=_positive(conf, "durable_short_sleep", 60.0),
+            short_sleep=_period(conf, "durable_short_sleep", 60.0),
             late_after=_positive(conf, "durable_late_after", 60.0),
             retention=_retention(conf.get("durable_retention")),
             prune_interval=_period(conf, "durable_prune_interval", 300.0),
@@ -170,6 +170,9 @@ def install_report_filter() -> None:
 
 MAX_PRUNE_BATCH = 1_000_000
 """The most rows one retention batch may touch (O1: small batches, short transactions)."""
+
+MAX_INPUT_BYTES = 2**31
+"""The largest ``durable_max_input_bytes``: 2 GiB, beyond any value a journal row can hold."""
 
 MAX_PERIOD = 100 * 365.25 * 86400
 """The longest lease or interval a setting may give (100 years, in seconds): it is added to

@@ -127,11 +127,18 @@ def test_a_bad_late_after_is_refused(sqlite_url: str) -> None:
         ("durable_late_after", float("nan")),
         ("durable_leader_lease", float("inf")),
         ("durable_leader_lease", 1e300),
+        ("durable_run_lease", float("inf")),
+        ("durable_check_interval", 1e300),
+        ("durable_poll_interval", float("inf")),
+        ("durable_short_sleep", float("inf")),
+        ("durable_max_input_bytes", float("inf")),
+        ("durable_max_input_bytes", 1.5),
     ],
 )
 def test_a_setting_no_date_can_hold_is_refused_naming_it(key: str, bad: float) -> None:
-    """O3: the leader lease is added to dates; a value no date can hold is a ConfigError
-    when the settings are read, not an OverflowError at a tick."""
+    """O3: leases and intervals are added to dates; a value no date can hold is a
+    ConfigError when the settings are read, not an OverflowError at a tick (nor, for a byte
+    count, at ``int()``)."""
     from celery_durable.config import ConfigError, DurableConfig
 
     with pytest.raises(ConfigError, match=key):
