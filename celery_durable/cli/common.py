@@ -308,6 +308,16 @@ def quiet_broken_pipe() -> int:
 class DurableGroup(click.Group):
     """A group that turns every exception of its commands into one ``Error:`` line."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """The group's own options (``celery durable --bogus``) are parsed before
+        :meth:`invoke`: a usage error there is one ``Error:`` line too, its values cut."""
+        try:
+            return super().parse_args(ctx, args)
+        except (click.exceptions.Exit, click.exceptions.NoArgsIsHelpError):
+            raise
+        except click.UsageError as exc:
+            raise CliError(_usage_message(exc), INVALID) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -318,8 +328,7 @@ class DurableGroup(click.Group):
         except BrokenPipeError:
             raise click.exceptions.Exit(quiet_broken_pipe()) from None
         except click.UsageError as exc:
-            hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            raise CliError(_quoted_values_cut(exc.format_message()) + hint, INVALID) from None
+            raise CliError(_usage_message(exc), INVALID) from None
         except click.ClickException:
             raise
         except Exception as exc:
@@ -330,6 +339,11 @@ class DurableGroup(click.Group):
             for secret in current.secrets() if current is not None else ():
                 message = message.replace(secret, "***")
             raise CliError(message, exit_code_of(exc)) from None
+
+
+def _usage_message(exc: click.UsageError) -> str:
+    hint = f" (try '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return _quoted_values_cut(exc.format_message()) + hint
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -143,8 +143,9 @@ def test_a_long_run_id_is_named_not_echoed(sqlite_url: str) -> None:
         ("health", "--max-tick-age", "x" * 100_000),
         ("partitions", "set", "x" * 100_000),
         ("runs", "list", "--limit", "x" * 100_000),
+        ("--" + "x" * 99_998,),
     ],
-    ids=["health-max-lag", "health-max-tick-age", "partitions-set", "runs-limit"],
+    ids=["health-max-lag", "health-max-tick-age", "partitions-set", "runs-limit", "group-option"],
 )
 def test_a_long_bad_option_value_is_named_not_echoed(sqlite_url: str, args: tuple) -> None:
     """A 100,000-character value where a number belongs: one short line, its length said."""
