@@ -28,7 +28,8 @@ def blackouts() -> None:
     """The blackout windows every schedule honours (P4)."""
 
 
-def _print(windows: Any, changed: bool | None = None) -> None:
+def _print(windows: Any, changed: bool | None = None, done: str = "set") -> None:
+    """The windows (and, after a command, whether it changed them: ``done`` says how)."""
     current = session()
     if current.json:
         data: dict[str, Any] = {"blackouts": [w.describe() for w in windows]}
@@ -39,7 +40,7 @@ def _print(windows: Any, changed: bool | None = None) -> None:
     if changed is False:
         echo("global blackout windows unchanged")
     elif changed:
-        echo("global blackout windows set")
+        echo(f"global blackout windows {done}")
     if windows:
         echo(table(("NAME", "WINDOW"), [(w.name, w.describe()) for w in windows]))
     else:
@@ -73,4 +74,4 @@ def clear(reason: str | None) -> None:
     """Remove every global blackout window."""
     api = session().durable.blackouts
     changed = api.clear(**audit(reason))
-    _print(api.get(), changed)
+    _print(api.get(), changed, done="cleared")

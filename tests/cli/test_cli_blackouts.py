@@ -66,6 +66,11 @@ def test_global_windows_are_set_shown_and_cleared(sqlite_url: str) -> None:
     assert "nightly" in ok(url, "blackouts", "show")
     assert as_json(url, "blackouts", "clear") == {"blackouts": [], "changed": True}
     assert "no global blackout windows" in ok(url, "blackouts", "show")
+    ok(url, "blackouts", "set", NIGHTLY)
+    assert ok(url, "blackouts", "clear").splitlines() == [
+        "global blackout windows cleared",
+        "no global blackout windows",
+    ]
 
 
 def _z(moment: datetime) -> str:
