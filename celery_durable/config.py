@@ -11,6 +11,7 @@ from typing import Any
 
 from celery_durable.core.blackouts import Blackout, check_windows
 from celery_durable.core.codec import DEFAULT_MAX_INPUT_BYTES
+from celery_durable.core.limits import MAX_PERIOD_SECONDS
 from celery_durable.errors import DurableError, InvalidSchedule
 
 DEFAULT_URL = "sqlite:///celery_durable.db"
@@ -174,9 +175,9 @@ MAX_PRUNE_BATCH = 1_000_000
 MAX_INPUT_BYTES = 2**31
 """The largest ``durable_max_input_bytes``: 2 GiB, beyond any value a journal row can hold."""
 
-MAX_PERIOD = 100 * 365.25 * 86400
-"""The longest lease or interval a setting may give (100 years, in seconds): it is added to
-the current time, which must stay a date."""
+MAX_PERIOD = MAX_PERIOD_SECONDS
+"""The longest lease or interval a setting may give, in seconds (100 years: one limit with the
+options', :data:`~celery_durable.core.limits.MAX_PERIOD_SECONDS`)."""
 
 
 def _period(conf: Any, key: str, default: float) -> float:

@@ -29,15 +29,17 @@ from celery_durable.core.blackouts import Blackout, OnBlackout, check_windows
 from celery_durable.core.codec import check_json_value
 from celery_durable.core.ids import (
     MAX_ID_LENGTH,
+    SHOWN_ID_LENGTH,
     check_schedule_id,
     check_text,
     run_stream,
     schedule_stream,
+    shown,
     to_utc,
 )
 from celery_durable.core.ids import run_id as make_run_id
 from celery_durable.core.journal import Append
-from celery_durable.core.limits import check_instant, check_rule_limits
+from celery_durable.core.limits import MAX_PERIOD_SECONDS, check_instant, check_rule_limits
 from celery_durable.core.policies import POLICY_FIELDS, CatchUp, Overlap, Timing
 from celery_durable.core.read_models import (
     ENDED,
@@ -119,32 +121,26 @@ log = logging.getLogger("celery_durable.schedules")
 @contextmanager
 def _naming(index: int, schedule_id: Any) -> Iterator[None]:
     """Raise an error of a spec of ``create_many`` again, its message naming the spec."""
-    shown = _shown_id(schedule_id)
+    named = _shown_id(schedule_id)
     try:
         yield
     except DurableError as exc:
         fields = {**exc._fields, "index": index}
-        raise type(exc)(f"specs[{index}] (id {shown}): {exc.message}", **fields) from None
+        raise type(exc)(f"specs[{index}] (id {named}): {exc.message}", **fields) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidSchedule(f"specs[{index}] (id {shown}): {exc}", index=index) from exc
-
-
-SHOWN_ID_LENGTH = 80
-"""Characters of an overlong ID repeated in a message (a valid ID, S1, is shown whole)."""
+        raise InvalidSchedule(f"specs[{index}] (id {named}): {exc}", index=index) from exc
 
 
 def _shown_id(schedule_id: Any) -> str:
     """The ID as an error names it: whole when S1 allows its length, else cut, with its length
     (bad input is named, not repeated without bound)."""
     if isinstance(schedule_id, str):
-        if len(schedule_id) <= MAX_ID_LENGTH:
-            return repr(schedule_id)
-        return f"{schedule_id[:SHOWN_ID_LENGTH]!r}… ({len(schedule_id):,} characters)"
+        return shown(schedule_id, whole_up_to=MAX_ID_LENGTH)
     text = repr(schedule_id)
     return text if len(text) <= SHOWN_ID_LENGTH else text[:SHOWN_ID_LENGTH] + "…"
 
 
-MAX_OPTION_SECONDS = 100 * 365.25 * 86400
+MAX_OPTION_SECONDS = MAX_PERIOD_SECONDS
 """The largest ``expires``, ``time_limit`` or ``soft_time_limit`` in seconds (100 years)."""
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from celery_durable.core.ids import printable
+from celery_durable.core.ids import SHOWN_ID_LENGTH, printable, shown
 from celery_durable.errors import InvalidSchedule
 
 if TYPE_CHECKING:
@@ -72,21 +72,6 @@ def not_found(message: str) -> CliError:
 
 def one_line(text: str) -> str:
     return printable(" ".join(str(text).split()))
-
-
-SHOWN_ID_LENGTH = 80
-"""Characters of a user's ID echoed in a message; longer ones are cut with a note."""
-
-
-def shown(text: object) -> str:
-    """``text`` quoted for a message (``repr``), cut to ``SHOWN_ID_LENGTH`` characters.
-
-    A mistyped 100,000-character argument is named, not echoed back in full.
-    """
-    value = str(text)
-    if len(value) <= SHOWN_ID_LENGTH:
-        return repr(value)
-    return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
 
 
 _LONG_QUOTED = re.compile(rf"'([^']{{{SHOWN_ID_LENGTH + 1},}})'")

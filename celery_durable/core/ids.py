@@ -19,6 +19,20 @@ from celery_durable.errors import InvalidSchedule
 MAX_ID_LENGTH = 200
 """The longest schedule ID, in characters (S1)."""
 
+SHOWN_ID_LENGTH = 80
+"""Characters of a user's value repeated in a message; longer ones are cut with a note."""
+
+
+def shown(text: object, whole_up_to: int = SHOWN_ID_LENGTH) -> str:
+    """``text`` quoted for a message (``repr``): whole up to ``whole_up_to`` characters, else
+    its first :data:`SHOWN_ID_LENGTH` and its length. A mistyped 100,000-character value is
+    named, not echoed back in full."""
+    value = str(text)
+    if len(value) <= whole_up_to:
+        return repr(value)
+    return f"{value[:SHOWN_ID_LENGTH]!r}… ({len(value):,} characters)"
+
+
 MAX_ESCAPED_LENGTH = 205
 """The most characters the escaped task name and escaped schedule ID may take together (S1)."""
 

@@ -24,6 +24,10 @@ LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 """The end of the accepted range (exclusive): 8999-12-31T23:59:59.999999Z is the last instant.
 It stays a thousand years short of ``datetime.max`` so that every computation on an accepted
 instant (the next due time, a local time in any zone) stays representable."""
+MAX_PERIOD_SECONDS = 100 * 365.25 * 86400
+"""The longest period a setting or an option may give, in seconds (100 years): it is added to
+the current time, which must stay a date."""
+
 MAX_INTERVAL = timedelta(days=366)
 """The longest ``Every`` interval (R3)."""
 MAX_RUNS = 2**31 - 1
